@@ -1,0 +1,15 @@
+/*
+ * shadowsync: background model synchronization over RDMA.
+ *
+ * The umbrella header: include this one. It pulls in every public header of
+ * the library. Link with `shadowsync::shadowsync` (CMake) or
+ * `pkg-config --libs shadowsync`.
+ */
+#ifndef SHADOWSYNC_SHADOWSYNC_H
+#define SHADOWSYNC_SHADOWSYNC_H
+
+#include <shadowsync/defs.h>
+#include <shadowsync/status.h>
+#include <shadowsync/version.h>
+
+#endif /* SHADOWSYNC_SHADOWSYNC_H */

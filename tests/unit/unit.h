@@ -1,0 +1,9 @@
+/* Shared declarations of the unit-test runner: one Suite per module. */
+#ifndef SHS_TESTS_UNIT_H
+#define SHS_TESTS_UNIT_H
+
+#include <check.h>
+
+Suite *status_suite(void);
+
+#endif

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Install the Debian packages that shadowsync needs to build, test and boot its
+# Soft-RoCE guest. Idempotent: does nothing (and prints nothing) when every
+# package is already installed.
+set -euo pipefail
+
+PKGS=(
+    build-essential cmake pkg-config
+    libibverbs-dev librdmacm-dev ibverbs-providers ibverbs-utils rdma-core
+    rdmacm-utils perftest iproute2
+    libhwloc-dev hwloc libnuma-dev numactl check
+    qemu-system-x86 busybox-static cpio kmod
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+        missing+=("$p")
+    fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: missing packages: ${missing[*]}" >&2
+    echo "install-deps: run as root (or: sudo $0)" >&2
+    exit 1
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+log=$(mktemp)
+if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+    echo "install-deps: apt-get failed; last lines:" >&2
+    tail -n 20 "$log" >&2
+    rm -f "$log"
+    exit 1
+fi
+rm -f "$log"
