@@ -1,0 +1,71 @@
+/*
+ * Internal configuration: one table of SHS_* knobs (name, default, help,
+ * parser, and the reason for each default beside it in config.c), read once
+ * from the environment into a shs__config_t. Parameter structs of the public
+ * API override individual fields after loading. At SHS_LOG=info every knob
+ * that the environment changed is printed once.
+ *
+ * Rank and size also come from launchers when SHS_RANK/SHS_SIZE are unset:
+ * Open MPI (OMPI_COMM_WORLD_RANK/SIZE), PMI (PMI_RANK/PMI_SIZE), PMIx
+ * (PMIX_RANK), Slurm (SLURM_PROCID/SLURM_NTASKS), torchrun (RANK/WORLD_SIZE).
+ */
+#ifndef SHS_RUNTIME_CONFIG_H
+#define SHS_RUNTIME_CONFIG_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include <shadowsync/status.h>
+
+typedef enum shs__connect_mode {
+    SHS_CONNECT_RDMACM = 0, /* librdmacm address/route resolution */
+    SHS_CONNECT_OOB = 1     /* GID/QPN/PSN exchanged over the bootstrap */
+} shs__connect_mode_t;
+
+typedef enum shs__tristate {
+    SHS_TRI_AUTO = -1,
+    SHS_TRI_OFF = 0,
+    SHS_TRI_ON = 1
+} shs__tristate_t;
+
+typedef struct shs__config {
+    /* job */
+    int rank;                  /* SHS_RANK (or launcher); -1 unknown */
+    int size;                  /* SHS_SIZE (or launcher); -1 unknown */
+    char bootstrap[256];       /* SHS_BOOTSTRAP "host:port" of the rendezvous */
+    char job_token[128];       /* SHS_JOB_TOKEN */
+    int bootstrap_timeout_ms;  /* SHS_BOOTSTRAP_TIMEOUT_MS */
+    /* device */
+    char device[64];           /* SHS_DEVICE ("" = first ACTIVE port) */
+    int ib_port;               /* SHS_IB_PORT (0 = first ACTIVE) */
+    int gid_index;             /* SHS_GID_INDEX (-1 = automatic) */
+    /* connections */
+    shs__connect_mode_t connect_mode; /* SHS_CONNECT rdmacm|oob */
+    int qps_per_peer;          /* SHS_QPS_PER_PEER */
+    int connect_timeout_ms;    /* SHS_CONNECT_TIMEOUT_MS */
+    int qp_timeout;            /* SHS_QP_TIMEOUT (IB local ack timeout exponent) */
+    int qp_retry_cnt;          /* SHS_QP_RETRY */
+    int qp_rnr_retry;          /* SHS_QP_RNR_RETRY (7 = infinite: refused) */
+    int sq_depth;              /* SHS_SQ_DEPTH work requests per QP */
+    int rq_depth;              /* SHS_RQ_DEPTH receives per QP */
+    int signal_every;          /* SHS_SIGNAL_EVERY (selective signaling) */
+    size_t max_chunk;          /* SHS_MAX_CHUNK bytes per work request (0 = device max_msg_sz) */
+    int op_timeout_ms;         /* SHS_OP_TIMEOUT_MS bound on any wait for completions */
+    /* memory */
+    shs__tristate_t hugepages; /* SHS_HUGEPAGES auto|on|off */
+    /* logging */
+    int log_level;             /* SHS_LOG */
+} shs__config_t;
+
+/* Fill *cfg with defaults, then the environment (and launcher variables).
+ * SHS_ERR_CONFIG, with the knob named in an error log line, for a bad value. */
+shs_status_t shs__config_load(shs__config_t *cfg);
+
+/* Same, reading variables through getenv_fn (tests inject a fake env). */
+shs_status_t shs__config_load_from(shs__config_t *cfg,
+                                   const char *(*getenv_fn)(const char *name));
+
+/* Print the knobs table (name, default, help) as markdown to f. */
+void shs__config_print_table(FILE *f);
+
+#endif
