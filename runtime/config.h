@@ -68,4 +68,24 @@ shs_status_t shs__config_load_from(shs__config_t *cfg,
 /* Print the knobs table (name, default, help) as markdown to f. */
 void shs__config_print_table(FILE *f);
 
+/* The bootstrap port when neither SHS_BOOTSTRAP nor MASTER_ADDR is set:
+ * perftest's 18515 + 5, away from the port ib_write_bw and rdma-core's
+ * pingpong examples listen on by default. Under torchrun the bootstrap uses
+ * MASTER_PORT + 1, because torch's own TCPStore listens on MASTER_PORT. */
+#define SHS_BOOT_DEFAULT_PORT 18520
+
+/* Split "host:port" or "[v6addr]:port" into NUL-terminated parts. The port
+ * must be a number in 1..65535. SHS_ERR_INVALID_ARG otherwise or when a part
+ * does not fit its buffer. Logs nothing. */
+shs_status_t shs__hostport_split(const char *s, char *host, size_t host_len, char *port,
+                                 size_t port_len);
+
+/* The knob table, for tests and documentation: count, name and default
+ * string of entry i (NULL past the end), index of a name of len bytes (-1
+ * when it is not a knob). */
+size_t shs__config_knob_count(void);
+const char *shs__config_knob_name(size_t i);
+const char *shs__config_knob_default(size_t i);
+int shs__config_knob_index_n(const char *name, size_t len);
+
 #endif

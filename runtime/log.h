@@ -8,6 +8,8 @@
 #ifndef SHS_RUNTIME_LOG_H
 #define SHS_RUNTIME_LOG_H
 
+#include <stdio.h>
+
 typedef enum shs__log_level {
     SHS_LOG_LVL_ERROR = 0,
     SHS_LOG_LVL_WARN = 1,
@@ -23,6 +25,11 @@ void shs__log_set_level(int level);
 void shs__log_set_rank(int rank);
 /* Parse "error|warn|info|debug|trace" or a digit; -1 on bad input. */
 int shs__log_level_parse(const char *s);
+/* "error" .. "trace"; "?" for a value out of range. */
+const char *shs__log_level_name(int level);
+/* Where lines go (NULL: stderr, the default). Tests capture output with it.
+ * Thread-safe (atomic); the caller keeps f open while it is installed. */
+void shs__log_set_stream(FILE *f);
 
 void shs__log(int level, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -1,0 +1,566 @@
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "runtime/config.h"
+#include "runtime/log.h"
+
+typedef struct knob knob_t;
+typedef shs_status_t (*knob_parse_fn)(const knob_t *k, const char *val, void *field);
+
+struct knob {
+    const char *name;
+    const char *def;
+    const char *help;
+    knob_parse_fn parse;
+    size_t offset;
+    size_t field_size;
+    long long min, max;
+    const char *const *words; /* enum words, NULL-terminated, mapped to values[] */
+    const int *values;
+};
+
+static shs_status_t parse_int(const knob_t *k, const char *val, void *field);
+static shs_status_t parse_int_auto(const knob_t *k, const char *val, void *field);
+static shs_status_t parse_size(const knob_t *k, const char *val, void *field);
+static shs_status_t parse_str(const knob_t *k, const char *val, void *field);
+static shs_status_t parse_addr(const knob_t *k, const char *val, void *field);
+static shs_status_t parse_token(const knob_t *k, const char *val, void *field);
+static shs_status_t parse_enum(const knob_t *k, const char *val, void *field);
+static shs_status_t parse_log(const knob_t *k, const char *val, void *field);
+
+static const char *const connect_words[] = {"rdmacm", "oob", NULL};
+static const int connect_values[] = {SHS_CONNECT_RDMACM, SHS_CONNECT_OOB};
+static const char *const tri_words[] = {"auto", "off", "on", "0", "1", NULL};
+static const int tri_values[] = {SHS_TRI_AUTO, SHS_TRI_OFF, SHS_TRI_ON, SHS_TRI_OFF, SHS_TRI_ON};
+
+#define FIELD(f) offsetof(shs__config_t, f), sizeof(((shs__config_t *)0)->f)
+#define KNOB_INT(n, f, d, lo, hi, h) {n, d, h, parse_int, FIELD(f), lo, hi, NULL, NULL}
+#define KNOB_INT_AUTO(n, f, d, lo, hi, h) {n, d, h, parse_int_auto, FIELD(f), lo, hi, NULL, NULL}
+#define KNOB_SIZE(n, f, d, lo, hi, h) {n, d, h, parse_size, FIELD(f), lo, hi, NULL, NULL}
+#define KNOB_STR(n, f, d, p, h) {n, d, h, p, FIELD(f), 0, 0, NULL, NULL}
+#define KNOB_ENUM(n, f, d, w, v, h) {n, d, h, parse_enum, FIELD(f), 0, 0, w, v}
+
+#define MAX_RANKS (1 << 20)
+
+/*
+ * The one table of knobs. Each default is parsed by the same parser as a user
+ * value, so a bad default fails every test run rather than hiding.
+ */
+static const knob_t knobs[] = {
+    /* warn: errors and suspicious conditions only; a healthy job is silent. */
+    {"SHS_LOG", "warn", "log level: error, warn, info, debug, trace (or 0-4)",
+     parse_log, FIELD(log_level), 0, 0, NULL, NULL},
+    /* auto: launchers already know the rank; asking twice invites mismatch. */
+    KNOB_INT_AUTO("SHS_RANK", rank, "auto", 0, MAX_RANKS - 1,
+                  "rank of this process; auto = from the launcher (Open MPI, PMIx, PMI, Slurm, torchrun)"),
+    KNOB_INT_AUTO("SHS_SIZE", size, "auto", 1, MAX_RANKS,
+                  "number of ranks; auto = from the launcher"),
+    /* auto: follow torchrun's MASTER_ADDR when present, else a single host. */
+    KNOB_STR("SHS_BOOTSTRAP", bootstrap, "auto", parse_addr,
+             "host:port where rank 0 listens for the TCP rendezvous; auto = "
+             "MASTER_ADDR:(MASTER_PORT+1), else 127.0.0.1:18520"),
+    /* auto: the launcher's job id is the same on every rank of a job and
+     * differs between jobs, which is exactly what the token must separate. */
+    KNOB_STR("SHS_JOB_TOKEN", job_token, "auto", parse_token,
+             "token every rank must present at the rendezvous; auto = the launcher's job id, else \"default\""),
+    /* 60 s: ranks of a large job start tens of seconds apart (image pulls,
+     * module loads, srun fan-out); a minute absorbs that without hanging. */
+    KNOB_INT("SHS_BOOTSTRAP_TIMEOUT_MS", bootstrap_timeout_ms, "60000", 1, 24 * 3600 * 1000,
+             "deadline of the rendezvous and of each bootstrap collective (ms)"),
+    /* empty: most nodes have one RDMA device worth using. */
+    KNOB_STR("SHS_DEVICE", device, "", parse_str,
+             "rdma device name (e.g. mlx5_0, rxe0); empty = first device with an ACTIVE port"),
+    KNOB_INT("SHS_IB_PORT", ib_port, "0", 0, 255, "device port; 0 = first ACTIVE port"),
+    /* auto: the right GID (RoCEv2, IPv4-mapped) moves with the address
+     * configuration; a fixed index is right on one host and wrong on the next. */
+    KNOB_INT_AUTO("SHS_GID_INDEX", gid_index, "auto", 0, 65535,
+                  "GID table index; auto = RoCEv2 with an IPv4-mapped address preferred"),
+    /* rdmacm: what RoCE users expect, and it resolves GID and route itself. */
+    KNOB_ENUM("SHS_CONNECT", connect_mode, "rdmacm", connect_words, connect_values,
+              "how QPs are connected: rdmacm, or oob (GID/QPN/PSN over the bootstrap)"),
+    /* 1: one RC QP per peer saturates a link for large one-sided transfers. */
+    KNOB_INT("SHS_QPS_PER_PEER", qps_per_peer, "1", 1, 16, "RC queue pairs per peer"),
+    /* 15 s: address and route resolution take milliseconds, but ARP or an SM
+     * path query on a busy fabric can take seconds. */
+    KNOB_INT("SHS_CONNECT_TIMEOUT_MS", connect_timeout_ms, "15000", 1, 24 * 3600 * 1000,
+             "deadline to connect every QP (ms)"),
+    /* 14: 4.096 us * 2^14 = 67 ms per ack timeout, long enough for a congested
+     * RoCE fabric, short enough that a dead peer is noticed in ~0.5 s (x8). 0
+     * (infinite) is refused: a dead peer must never hang the caller. */
+    KNOB_INT("SHS_QP_TIMEOUT", qp_timeout, "14", 1, 31,
+             "local ack timeout exponent: 4.096 us * 2^n (14 = 67 ms)"),
+    /* 7: the largest value of the 3-bit field; transient loss is retried
+     * fully before the peer is declared dead. */
+    KNOB_INT("SHS_QP_RETRY", qp_retry_cnt, "7", 0, 7, "transport retry count (0-7)"),
+    /* 6: 7 means "retry forever" in IB, which would hang on a peer that stops
+     * posting receives; it is refused. */
+    KNOB_INT("SHS_QP_RNR_RETRY", qp_rnr_retry, "6", 0, 6,
+             "receiver-not-ready retry count (0-6; 7 = infinite is refused)"),
+    /* 256: enough work requests in flight to cover a 64 MiB transfer split at
+     * the usual 8 MiB limit many times over, within every device's max_qp_wr. */
+    KNOB_INT("SHS_SQ_DEPTH", sq_depth, "256", 1, 1 << 16, "send queue depth per QP"),
+    /* 256: write-with-immediate notifications outstanding per peer. */
+    KNOB_INT("SHS_RQ_DEPTH", rq_depth, "256", 1, 1 << 16, "receive queue depth per QP"),
+    /* 16: the send queue is reclaimed 16 times per lap of a 256-deep queue,
+     * and 15 of 16 completions are never generated. */
+    KNOB_INT("SHS_SIGNAL_EVERY", signal_every, "16", 1, 1 << 16,
+             "signal one send work request in n (at most SHS_SQ_DEPTH)"),
+    /* 0: split only where the device requires it (max_msg_sz). */
+    KNOB_SIZE("SHS_MAX_CHUNK", max_chunk, "0", 0, 1ll << 31,
+              "bytes per work request (k/m/g suffixes); 0 = the device's max_msg_sz"),
+    /* 10 s: a 64 MiB transfer takes well under a second on any RDMA link, and
+     * QP retries report a dead peer in ~0.5 s; 10 s tells slow from dead. */
+    KNOB_INT("SHS_OP_TIMEOUT_MS", op_timeout_ms, "10000", 1, 24 * 3600 * 1000,
+             "bound on any wait for completions (ms)"),
+    /* auto: hugepages cut MR translation misses, but a missing pool must not
+     * stop a job; "on" turns the fallback into an error. */
+    KNOB_ENUM("SHS_HUGEPAGES", hugepages, "auto", tri_words, tri_values,
+              "hugepages for runtime-allocated regions: auto, on (fail without), off"),
+};
+
+#define KNOB_COUNT (sizeof(knobs) / sizeof(knobs[0]))
+
+static shs_status_t bad_value(const knob_t *k, const char *val, const char *why)
+{
+    SHS_ERROR("invalid %s=\"%s\": %s", k->name, val, why);
+    return SHS_ERR_CONFIG;
+}
+
+static shs_status_t parse_ll(const knob_t *k, const char *val, long long *out)
+{
+    char *end;
+    char why[96];
+
+    snprintf(why, sizeof(why), "expected an integer in %lld..%lld", k->min, k->max);
+    /* strtoll would accept leading blanks and a '+'; a knob is a plain number. */
+    if (!(isdigit((unsigned char)val[0]) || (val[0] == '-' && isdigit((unsigned char)val[1]))))
+        return bad_value(k, val, why);
+    errno = 0;
+    long long v = strtoll(val, &end, 10);
+    if (errno != 0 || *end != '\0' || v < k->min || v > k->max)
+        return bad_value(k, val, why);
+    *out = v;
+    return SHS_OK;
+}
+
+static shs_status_t parse_int(const knob_t *k, const char *val, void *field)
+{
+    long long v;
+    shs_status_t st = parse_ll(k, val, &v);
+    if (st == SHS_OK)
+        *(int *)field = (int)v;
+    return st;
+}
+
+static shs_status_t parse_int_auto(const knob_t *k, const char *val, void *field)
+{
+    if (strcasecmp(val, "auto") == 0) {
+        *(int *)field = -1;
+        return SHS_OK;
+    }
+    return parse_int(k, val, field);
+}
+
+static shs_status_t parse_size(const knob_t *k, const char *val, void *field)
+{
+    char *end;
+    char why[112];
+    unsigned long long mult = 1;
+
+    snprintf(why, sizeof(why), "expected a byte count in %lld..%lld (k/m/g suffix allowed)",
+             k->min, k->max);
+    if (!isdigit((unsigned char)val[0]))
+        return bad_value(k, val, why);
+    errno = 0;
+    unsigned long long v = strtoull(val, &end, 10);
+    if (errno != 0)
+        return bad_value(k, val, why);
+    switch (*end) {
+    case '\0': break;
+    case 'k': case 'K': mult = 1ull << 10; end++; break;
+    case 'm': case 'M': mult = 1ull << 20; end++; break;
+    case 'g': case 'G': mult = 1ull << 30; end++; break;
+    default: return bad_value(k, val, why);
+    }
+    if (*end != '\0' || v > (unsigned long long)k->max / mult ||
+        v * mult < (unsigned long long)k->min)
+        return bad_value(k, val, why);
+    *(size_t *)field = (size_t)(v * mult);
+    return SHS_OK;
+}
+
+static shs_status_t parse_str(const knob_t *k, const char *val, void *field)
+{
+    size_t len = strlen(val);
+    if (len >= k->field_size) {
+        char why[64];
+        snprintf(why, sizeof(why), "longer than %zu characters", k->field_size - 1);
+        return bad_value(k, val, why);
+    }
+    memcpy(field, val, len + 1);
+    return SHS_OK;
+}
+
+static shs_status_t parse_addr(const knob_t *k, const char *val, void *field)
+{
+    char host[256], port[8];
+    if (strcasecmp(val, "auto") != 0 &&
+        shs__hostport_split(val, host, sizeof(host), port, sizeof(port)) != SHS_OK)
+        return bad_value(k, val, "expected host:port (or [ipv6]:port) with a port in 1..65535");
+    return parse_str(k, val, field);
+}
+
+static shs_status_t parse_token(const knob_t *k, const char *val, void *field)
+{
+    /* The token is printed in refusals and carried in a length-prefixed hello;
+     * printable and non-empty keeps both readable. */
+    if (*val == '\0')
+        return bad_value(k, val, "empty");
+    for (const char *p = val; *p != '\0'; p++)
+        if (!isgraph((unsigned char)*p))
+            return bad_value(k, val, "only printable characters without spaces are allowed");
+    return parse_str(k, val, field);
+}
+
+static shs_status_t parse_enum(const knob_t *k, const char *val, void *field)
+{
+    for (size_t i = 0; k->words[i] != NULL; i++) {
+        if (strcasecmp(val, k->words[i]) == 0) {
+            *(int *)field = k->values[i];
+            return SHS_OK;
+        }
+    }
+    char why[128];
+    size_t used = (size_t)snprintf(why, sizeof(why), "expected one of");
+    for (size_t i = 0; k->words[i] != NULL && used < sizeof(why); i++)
+        used += (size_t)snprintf(why + used, sizeof(why) - used, "%s%s", i ? ", " : " ",
+                                 k->words[i]);
+    return bad_value(k, val, why);
+}
+
+static shs_status_t parse_log(const knob_t *k, const char *val, void *field)
+{
+    int level = shs__log_level_parse(val);
+    if (level < 0)
+        return bad_value(k, val, "expected error, warn, info, debug, trace or 0-4");
+    *(int *)field = level;
+    return SHS_OK;
+}
+
+shs_status_t shs__hostport_split(const char *s, char *host, size_t host_len, char *port,
+                                 size_t port_len)
+{
+    const char *h = s, *colon;
+    size_t hlen;
+
+    if (s == NULL)
+        return SHS_ERR_INVALID_ARG;
+    if (s[0] == '[') {
+        const char *close = strchr(s, ']');
+        if (close == NULL || close[1] != ':')
+            return SHS_ERR_INVALID_ARG;
+        h = s + 1;
+        hlen = (size_t)(close - h);
+        colon = close + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (colon == NULL || memchr(s, ':', (size_t)(colon - s)) != NULL)
+            return SHS_ERR_INVALID_ARG; /* bare IPv6 needs brackets */
+        hlen = (size_t)(colon - s);
+    }
+    const char *p = colon + 1;
+    size_t plen = strlen(p);
+    if (hlen == 0 || hlen >= host_len || plen == 0 || plen > 5 || plen >= port_len)
+        return SHS_ERR_INVALID_ARG;
+    long v = 0;
+    for (size_t i = 0; i < plen; i++) {
+        if (!isdigit((unsigned char)p[i]))
+            return SHS_ERR_INVALID_ARG;
+        v = v * 10 + (p[i] - '0');
+    }
+    if (v < 1 || v > 65535)
+        return SHS_ERR_INVALID_ARG;
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    memcpy(port, p, plen + 1);
+    return SHS_OK;
+}
+
+/* ---- launchers ---- */
+
+typedef struct launcher {
+    const char *name;
+    const char *rank_var;
+    const char *size_var;
+    const char *present_var; /* must be set too for the launcher to count */
+} launcher_t;
+
+/*
+ * Innermost launcher first. torchrun's workers carry TORCHELASTIC_RUN_ID and
+ * may inherit SLURM_PROCID/OMPI_* from the srun or mpirun that started
+ * torchrun itself, which then number nodes, not workers. Under mpirun inside a
+ * Slurm allocation, SLURM_PROCID numbers the orted daemons, so Open MPI and
+ * PMIx come before Slurm. Plain RANK/WORLD_SIZE (torch.distributed.launch) is
+ * the weakest hint and comes last.
+ */
+static const launcher_t launchers[] = {
+    {"torchrun", "RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID"},
+    {"open mpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", NULL},
+    {"pmix", "PMIX_RANK", "PMIX_SIZE", NULL},
+    {"pmi", "PMI_RANK", "PMI_SIZE", NULL},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", NULL},
+    {"torch launcher", "RANK", "WORLD_SIZE", NULL},
+};
+
+static const char *env_get(const char *(*getenv_fn)(const char *), const char *name)
+{
+    const char *v = getenv_fn(name);
+    return v != NULL && *v != '\0' ? v : NULL;
+}
+
+static shs_status_t launcher_int(const char *var, const char *val, long long lo,
+                                 long long hi, int *out)
+{
+    knob_t k = {.name = var, .min = lo, .max = hi};
+    return parse_int(&k, val, out);
+}
+
+static shs_status_t detect_launcher(shs__config_t *cfg,
+                                    const char *(*getenv_fn)(const char *), bool verbose)
+{
+    for (size_t i = 0; i < sizeof(launchers) / sizeof(launchers[0]); i++) {
+        const launcher_t *l = &launchers[i];
+        const char *rank_s = env_get(getenv_fn, l->rank_var);
+        const char *size_s = env_get(getenv_fn, l->size_var);
+        const char *size_var = l->size_var;
+        int rank = -1, size = -1;
+
+        if (rank_s == NULL || (l->present_var != NULL && env_get(getenv_fn, l->present_var) == NULL))
+            continue;
+        /* PMIx has no standard size variable; under srun --mpi=pmix Slurm's
+         * agrees with PMIx on the rank and knows the size. */
+        if (size_s == NULL && strcmp(l->rank_var, "PMIX_RANK") == 0) {
+            const char *procid = env_get(getenv_fn, "SLURM_PROCID");
+            if (procid != NULL && strcmp(procid, rank_s) == 0) {
+                size_var = "SLURM_NTASKS";
+                size_s = env_get(getenv_fn, size_var);
+            }
+        }
+        if (launcher_int(l->rank_var, rank_s, 0, MAX_RANKS - 1, &rank) != SHS_OK)
+            return SHS_ERR_CONFIG;
+        if (size_s != NULL && launcher_int(size_var, size_s, 1, MAX_RANKS, &size) != SHS_OK)
+            return SHS_ERR_CONFIG;
+        if (cfg->rank < 0)
+            cfg->rank = rank;
+        if (cfg->size < 0)
+            cfg->size = size;
+        if (verbose)
+            shs__log(SHS_LOG_LVL_INFO, __FILE__, __LINE__,
+                     "launcher %s: %s=%s, %s=%s", l->name, l->rank_var, rank_s, size_var,
+                     size_s != NULL ? size_s : "(unset)");
+        return SHS_OK;
+    }
+    return SHS_OK;
+}
+
+static shs_status_t resolve_bootstrap(shs__config_t *cfg,
+                                      const char *(*getenv_fn)(const char *), bool verbose)
+{
+    if (strcasecmp(cfg->bootstrap, "auto") != 0)
+        return SHS_OK;
+    const char *addr = env_get(getenv_fn, "MASTER_ADDR");
+    const char *mport = env_get(getenv_fn, "MASTER_PORT");
+    long port = SHS_BOOT_DEFAULT_PORT;
+    char host[256], ps[8];
+
+    if (addr == NULL) {
+        snprintf(cfg->bootstrap, sizeof(cfg->bootstrap), "127.0.0.1:%ld", port);
+        return SHS_OK;
+    }
+    if (mport != NULL) {
+        int mp;
+        /* +1: torch.distributed's TCPStore already listens on MASTER_PORT. */
+        if (launcher_int("MASTER_PORT", mport, 1, 65534, &mp) != SHS_OK)
+            return SHS_ERR_CONFIG;
+        port = mp + 1;
+    }
+    int n = strchr(addr, ':') != NULL
+                ? snprintf(cfg->bootstrap, sizeof(cfg->bootstrap), "[%s]:%ld", addr, port)
+                : snprintf(cfg->bootstrap, sizeof(cfg->bootstrap), "%s:%ld", addr, port);
+    if (n < 0 || (size_t)n >= sizeof(cfg->bootstrap) ||
+        shs__hostport_split(cfg->bootstrap, host, sizeof(host), ps, sizeof(ps)) != SHS_OK) {
+        SHS_ERROR("invalid MASTER_ADDR=\"%s\" for the bootstrap address; set SHS_BOOTSTRAP",
+                  addr);
+        return SHS_ERR_CONFIG;
+    }
+    if (verbose)
+        shs__log(SHS_LOG_LVL_INFO, __FILE__, __LINE__, "bootstrap %s from MASTER_ADDR%s",
+                 cfg->bootstrap, mport != NULL ? "/MASTER_PORT+1" : "");
+    return SHS_OK;
+}
+
+static void resolve_token(shs__config_t *cfg, const char *(*getenv_fn)(const char *),
+                          bool verbose)
+{
+    if (strcmp(cfg->job_token, "auto") != 0)
+        return;
+    const char *job = env_get(getenv_fn, "SLURM_JOB_ID");
+    const char *v;
+    size_t cap = sizeof(cfg->job_token);
+    const char *from;
+
+    if (job != NULL) {
+        const char *step = env_get(getenv_fn, "SLURM_STEP_ID");
+        snprintf(cfg->job_token, cap, "slurm-%s.%s", job, step != NULL ? step : "0");
+        from = "SLURM_JOB_ID.SLURM_STEP_ID";
+    } else if ((v = env_get(getenv_fn, "OMPI_MCA_ess_base_jobid")) != NULL ||
+               (v = env_get(getenv_fn, "OMPI_MCA_orte_ess_jobid")) != NULL) {
+        snprintf(cfg->job_token, cap, "ompi-%s", v);
+        from = "the Open MPI job id";
+    } else if ((v = env_get(getenv_fn, "PMIX_NAMESPACE")) != NULL) {
+        snprintf(cfg->job_token, cap, "pmix-%s", v);
+        from = "PMIX_NAMESPACE";
+    } else if ((v = env_get(getenv_fn, "TORCHELASTIC_RUN_ID")) != NULL &&
+               strcmp(v, "none") != 0) {
+        snprintf(cfg->job_token, cap, "torchrun-%s", v);
+        from = "TORCHELASTIC_RUN_ID";
+    } else {
+        snprintf(cfg->job_token, cap, "default");
+        if (verbose || shs__log_level() >= SHS_LOG_LVL_DEBUG)
+            shs__log(SHS_LOG_LVL_DEBUG, __FILE__, __LINE__,
+                     "no SHS_JOB_TOKEN and no launcher job id: using token \"default\", "
+                     "which does not tell two jobs on one bootstrap address apart");
+        return;
+    }
+    /* Job ids may contain characters the token parser refuses (spaces from a
+     * badly set variable); replace rather than fail the job over it. */
+    for (char *p = cfg->job_token; *p != '\0'; p++)
+        if (!isgraph((unsigned char)*p))
+            *p = '_';
+    if (verbose)
+        shs__log(SHS_LOG_LVL_INFO, __FILE__, __LINE__, "job token \"%s\" from %s",
+                 cfg->job_token, from);
+}
+
+shs_status_t shs__config_load_from(shs__config_t *cfg,
+                                   const char *(*getenv_fn)(const char *name))
+{
+    shs__config_t c;
+    const char *set_by_env[KNOB_COUNT];
+    shs_status_t st, first_err = SHS_OK;
+
+    if (cfg == NULL || getenv_fn == NULL)
+        return SHS_ERR_INVALID_ARG;
+    memset(&c, 0, sizeof(c));
+    for (size_t i = 0; i < KNOB_COUNT; i++) {
+        const knob_t *k = &knobs[i];
+        const char *v = getenv_fn(k->name);
+        set_by_env[i] = v;
+        st = k->parse(k, k->def, (char *)&c + k->offset);
+        if (st == SHS_OK && v != NULL)
+            st = k->parse(k, v, (char *)&c + k->offset);
+        /* Keep going: one run should name every bad knob, not the first. */
+        if (st != SHS_OK && first_err == SHS_OK)
+            first_err = st;
+    }
+    if (first_err != SHS_OK)
+        return first_err;
+
+    bool verbose = c.log_level >= SHS_LOG_LVL_INFO;
+    for (size_t i = 0; verbose && i < KNOB_COUNT; i++)
+        if (set_by_env[i] != NULL && strcmp(set_by_env[i], knobs[i].def) != 0)
+            shs__log(SHS_LOG_LVL_INFO, __FILE__, __LINE__, "%s=%s (default %s)",
+                     knobs[i].name, set_by_env[i], *knobs[i].def ? knobs[i].def : "\"\"");
+
+    if ((c.rank < 0 || c.size < 0) && detect_launcher(&c, getenv_fn, verbose) != SHS_OK)
+        return SHS_ERR_CONFIG;
+    if ((c.rank < 0) != (c.size < 0)) {
+        SHS_ERROR("rank is %d but size is %d: set both SHS_RANK and SHS_SIZE", c.rank, c.size);
+        return SHS_ERR_CONFIG;
+    }
+    if (c.rank >= c.size) {
+        SHS_ERROR("rank %d is not below size %d (SHS_RANK/SHS_SIZE or the launcher)", c.rank,
+                  c.size);
+        return SHS_ERR_CONFIG;
+    }
+    if (c.signal_every > c.sq_depth) {
+        SHS_ERROR("SHS_SIGNAL_EVERY=%d exceeds SHS_SQ_DEPTH=%d: the send queue would fill "
+                  "before a completion reclaims it", c.signal_every, c.sq_depth);
+        return SHS_ERR_CONFIG;
+    }
+    st = resolve_bootstrap(&c, getenv_fn, verbose);
+    if (st != SHS_OK)
+        return st;
+    resolve_token(&c, getenv_fn, verbose);
+    *cfg = c;
+    return SHS_OK;
+}
+
+static const char *real_getenv(const char *name)
+{
+    return getenv(name);
+}
+
+extern char **environ;
+
+static void warn_unknown_knobs(void)
+{
+    for (char **e = environ; e != NULL && *e != NULL; e++) {
+        if (strncmp(*e, "SHS_", 4) != 0)
+            continue;
+        size_t len = strcspn(*e, "=");
+        if (shs__config_knob_index_n(*e, len) < 0)
+            SHS_WARN("unknown knob %.*s in the environment (ignored); "
+                     "shs__config_print_table lists the known ones", (int)len, *e);
+    }
+}
+
+shs_status_t shs__config_load(shs__config_t *cfg)
+{
+    shs_status_t st = shs__config_load_from(cfg, real_getenv);
+    if (st != SHS_OK)
+        return st;
+    shs__log_set_level(cfg->log_level);
+    if (cfg->rank >= 0)
+        shs__log_set_rank(cfg->rank);
+    warn_unknown_knobs();
+    return SHS_OK;
+}
+
+size_t shs__config_knob_count(void)
+{
+    return KNOB_COUNT;
+}
+
+const char *shs__config_knob_name(size_t i)
+{
+    return i < KNOB_COUNT ? knobs[i].name : NULL;
+}
+
+const char *shs__config_knob_default(size_t i)
+{
+    return i < KNOB_COUNT ? knobs[i].def : NULL;
+}
+
+int shs__config_knob_index_n(const char *name, size_t len)
+{
+    for (size_t i = 0; i < KNOB_COUNT; i++)
+        if (strlen(knobs[i].name) == len && strncmp(knobs[i].name, name, len) == 0)
+            return (int)i;
+    return -1;
+}
+
+void shs__config_print_table(FILE *f)
+{
+    fprintf(f, "| knob | default | meaning |\n| --- | --- | --- |\n");
+    for (size_t i = 0; i < KNOB_COUNT; i++)
+        fprintf(f, "| `%s` | `%s` | %s |\n", knobs[i].name,
+                *knobs[i].def ? knobs[i].def : "\"\"", knobs[i].help);
+}
