@@ -11,5 +11,8 @@
 #include <shadowsync/defs.h>
 #include <shadowsync/status.h>
 #include <shadowsync/version.h>
+#include <shadowsync/context.h>
+#include <shadowsync/region.h>
+#include <shadowsync/rma.h>
 
 #endif /* SHADOWSYNC_SHADOWSYNC_H */

@@ -1,0 +1,130 @@
+/*
+ * shadowsync: the context.
+ *
+ * A context is one rank's membership in a job: it finds the other ranks over
+ * the bootstrap (TCP rendezvous), opens the RDMA device, and connects a
+ * reliable-connected queue pair to every peer (a full mesh) before
+ * shs_ctx_create() returns. Regions (region.h) and one-sided operations
+ * (rma.h) all belong to a context.
+ *
+ * Threads: a context is driven by one thread at a time (the caller serializes
+ * posting, progress and waits). shs_ctx_rank(), shs_ctx_size() and
+ * shs_ctx_peer_status() may be called from any thread at any time. The
+ * library runs one internal thread per context that watches device and
+ * connection events; it only marks peers failed.
+ */
+#ifndef SHADOWSYNC_CONTEXT_H
+#define SHADOWSYNC_CONTEXT_H
+
+#include <stdint.h>
+
+#include <shadowsync/defs.h>
+#include <shadowsync/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Opaque: the layout is private to the library. */
+typedef struct shs_ctx shs_ctx_t;
+
+/* How connections are made (shs_ctx_params_t.connect_mode, SHS_CONNECT). */
+typedef enum shs_connect_mode {
+    SHS_CONNECT_MODE_RDMACM = 0, /* librdmacm: address/route resolution, CM handshake */
+    SHS_CONNECT_MODE_OOB = 1     /* GID/QPN/PSN exchanged over the bootstrap */
+} shs_connect_mode_t;
+
+/* Bits of shs_ctx_params_t.field_mask: a field is used only when its bit is
+ * set; every other knob comes from its SHS_* environment variable (or the
+ * launcher, for rank and size) or its default. New fields get new bits, so a
+ * program built against an older header keeps working. */
+enum {
+    SHS_CTX_PARAM_RANK = 1u << 0,
+    SHS_CTX_PARAM_SIZE = 1u << 1,
+    SHS_CTX_PARAM_BOOTSTRAP = 1u << 2,
+    SHS_CTX_PARAM_JOB_TOKEN = 1u << 3,
+    SHS_CTX_PARAM_DEVICE = 1u << 4,
+    SHS_CTX_PARAM_IB_PORT = 1u << 5,
+    SHS_CTX_PARAM_GID_INDEX = 1u << 6,
+    SHS_CTX_PARAM_CONNECT_MODE = 1u << 7,
+    SHS_CTX_PARAM_CONNECT_TIMEOUT = 1u << 8,
+    SHS_CTX_PARAM_OP_TIMEOUT = 1u << 9,
+    SHS_CTX_PARAM_SYSFS_ROOT = 1u << 10
+};
+
+/*
+ * Parameters of shs_ctx_create(). Zero the struct, set the fields you want
+ * and their bits in field_mask. Strings are copied; the caller keeps
+ * ownership of them.
+ */
+typedef struct shs_ctx_params {
+    uint64_t field_mask;      /* SHS_CTX_PARAM_* bits of the fields below that are set */
+    int rank;                 /* this process's rank, 0 <= rank < size */
+    int size;                 /* number of ranks in the job */
+    const char *bootstrap;    /* "host:port" where rank 0 listens */
+    const char *job_token;    /* every rank must present the same token */
+    const char *device;       /* RDMA device name ("" or NULL: first ACTIVE port) */
+    int ib_port;              /* port number (0: first ACTIVE port) */
+    int gid_index;            /* GID table index (-1: automatic, RoCE v2 IPv4 preferred) */
+    shs_connect_mode_t connect_mode;
+    int connect_timeout_ms;   /* bound on connecting the whole mesh */
+    int op_timeout_ms;        /* bound on any wait for completions */
+    const char *sysfs_root;   /* where device directories live
+                                 (default "/sys/class/infiniband"; tests use a fake tree) */
+} shs_ctx_params_t;
+
+/*
+ * shs_ctx_create - join the job and connect to every peer.
+ *
+ * Collective: every rank of the job calls it; it returns once this rank has
+ * an established connection to every other rank (or fails). params may be
+ * NULL (everything from the environment). On success *ctx_p receives a
+ * context owned by the caller, released with shs_ctx_destroy().
+ *
+ * Status: SHS_OK; SHS_ERR_CONFIG (bad knob or parameter, rank/size unknown),
+ * SHS_ERR_INVALID_ARG (ctx_p NULL), SHS_ERR_NO_DEVICE (no matching ACTIVE
+ * device/port or no usable GID), SHS_ERR_NO_MEMORY, SHS_ERR_NO_RESOURCE
+ * (device limits), SHS_ERR_TOKEN_MISMATCH / SHS_ERR_VERSION_MISMATCH /
+ * SHS_ERR_SIZE_MISMATCH (ranks disagree), SHS_ERR_CONNECT (a connection could
+ * not be established), SHS_ERR_PEER_FAILED (a rank left during setup),
+ * SHS_ERR_TIMEOUT.
+ */
+SHS_API shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p);
+
+/*
+ * shs_ctx_destroy - close every connection and release the context.
+ * Every region of the context must be destroyed first (a region still alive
+ * is reported in the log and leaked, never freed under a user). Not
+ * collective, but peers see this rank's connections close: destroy after a
+ * final shs_ctx_barrier() when the job ends normally. NULL is ignored.
+ */
+SHS_API void shs_ctx_destroy(shs_ctx_t *ctx);
+
+/* shs_ctx_rank / shs_ctx_size - this rank and the job size. Thread-safe. */
+SHS_API int shs_ctx_rank(const shs_ctx_t *ctx);
+SHS_API int shs_ctx_size(const shs_ctx_t *ctx);
+
+/*
+ * shs_ctx_barrier - return once every rank has entered the barrier.
+ * Collective, over the bootstrap (not the data path). It does not wait for
+ * outstanding RDMA operations: call shs_flush() first for that.
+ * Status: SHS_OK, SHS_ERR_PEER_FAILED (a rank left), SHS_ERR_TIMEOUT
+ * (bootstrap timeout), SHS_ERR_INVALID_ARG.
+ */
+SHS_API shs_status_t shs_ctx_barrier(shs_ctx_t *ctx);
+
+/*
+ * shs_ctx_peer_status - whether the connection to peer is usable.
+ * SHS_OK: up. SHS_ERR_PEER_FAILED: it failed; if reason_p is not NULL it
+ * receives a constant description of the first failure (owned by the
+ * context, valid until shs_ctx_destroy). SHS_ERR_INVALID_ARG: peer out of
+ * range or peer == own rank. Thread-safe.
+ */
+SHS_API shs_status_t shs_ctx_peer_status(const shs_ctx_t *ctx, int peer,
+                                         const char **reason_p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SHADOWSYNC_CONTEXT_H */

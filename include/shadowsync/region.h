@@ -1,0 +1,80 @@
+/*
+ * shadowsync: registered memory regions.
+ *
+ * A region is memory that the RDMA device may access, registered on every
+ * rank at once: registration is collective, so that after it returns every
+ * rank knows the address, key and length of every peer's copy, and a
+ * one-sided operation (rma.h) names "region R on peer p" with no further
+ * exchange. Every rank must register regions in the same order and with the
+ * same length.
+ *
+ * Threads: like the context, driven by one thread at a time.
+ */
+#ifndef SHADOWSYNC_REGION_H
+#define SHADOWSYNC_REGION_H
+
+#include <stddef.h>
+
+#include <shadowsync/context.h>
+#include <shadowsync/defs.h>
+#include <shadowsync/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Opaque: the layout is private to the library. */
+typedef struct shs_region shs_region_t;
+
+/*
+ * Access flags: grant the minimum the use needs. Local reads (the source of
+ * shs_write, the data peers read) are always allowed.
+ */
+enum {
+    SHS_ACCESS_LOCAL_WRITE = 1u << 0,  /* may be the destination of shs_read */
+    SHS_ACCESS_REMOTE_READ = 1u << 1,  /* peers may shs_read from it */
+    SHS_ACCESS_REMOTE_WRITE = 1u << 2  /* peers may shs_write into it (implies local write) */
+};
+
+/*
+ * shs_region_register - register caller memory [addr, addr + len) with the
+ * given SHS_ACCESS_* flags. Collective over all ranks of ctx.
+ *
+ * The caller keeps ownership of the memory and must keep it allocated until
+ * shs_region_destroy(). *region_p is owned by the caller.
+ *
+ * Status: SHS_OK; SHS_ERR_INVALID_ARG (NULL addr, len 0, unknown flags);
+ * SHS_ERR_SIZE_MISMATCH on every rank if the ranks' len differ (the log
+ * names the ranks and their sizes); SHS_ERR_NO_RESOURCE if the device
+ * refused the registration on this rank; SHS_ERR_PEER_FAILED on the other
+ * ranks when registration failed on some rank (or a rank left);
+ * SHS_ERR_TIMEOUT.
+ */
+SHS_API shs_status_t shs_region_register(shs_ctx_t *ctx, void *addr, size_t len,
+                                         unsigned flags, shs_region_t **region_p);
+
+/*
+ * shs_region_alloc - allocate len bytes (zeroed, page-aligned, on the NUMA
+ * node of the device when known) and register them like shs_region_register.
+ * The library owns the memory; shs_region_destroy() frees it.
+ * Status: as shs_region_register, plus SHS_ERR_NO_MEMORY.
+ */
+SHS_API shs_status_t shs_region_alloc(shs_ctx_t *ctx, size_t len, unsigned flags,
+                                      shs_region_t **region_p);
+
+/*
+ * shs_region_destroy - deregister (and free, for shs_region_alloc) a region.
+ * Not collective, but peers must no longer access it: end its use with a
+ * shs_flush() and shs_ctx_barrier(). NULL is ignored.
+ */
+SHS_API void shs_region_destroy(shs_region_t *region);
+
+/* shs_region_addr / shs_region_len - this rank's copy of the region. */
+SHS_API void *shs_region_addr(const shs_region_t *region);
+SHS_API size_t shs_region_len(const shs_region_t *region);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SHADOWSYNC_REGION_H */

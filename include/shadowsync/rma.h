@@ -1,0 +1,150 @@
+/*
+ * shadowsync: one-sided operations (RDMA READ, WRITE, WRITE with immediate),
+ * completion and notification.
+ *
+ * Model. Posting is non-blocking: shs_read/shs_write/shs_write_imm queue the
+ * transfer on the connection to a peer and return. Any length is accepted;
+ * the library splits it into work requests of at most the device's message
+ * limit (and SHS_MAX_CHUNK). Many operations may be outstanding; when the
+ * send queue is full, posting makes progress (polls completions) until there
+ * is room, bounded by the context's op timeout. Operations to one peer
+ * complete in the order posted. shs_flush() waits until every operation
+ * posted before it has completed: then a WRITE's data has been placed in the
+ * peer's memory, a READ's data is in local memory, and the local buffers may
+ * be reused.
+ *
+ * Notification. shs_write_imm() writes data and then delivers a 32-bit value
+ * to the peer, which receives it with shs_poll_imm()/shs_wait_imm() after the
+ * data is visible in its memory. Each peer connection has SHS_RQ_DEPTH
+ * receive slots; a slot is given back when the application takes the value,
+ * so an application that does not consume immediates slows its senders down
+ * (receiver-not-ready retries) and, past SHS_QP_RNR_RETRY, fails the
+ * connection. Keep fewer than SHS_RQ_DEPTH notifications unconsumed per peer
+ * (credit-based protocols do that by construction).
+ *
+ * Errors. A failed completion marks the peer failed, with the reason logged
+ * once (peer named, plus a hint); every later call naming that peer returns
+ * SHS_ERR_PEER_FAILED at once. A wait that sees no progress for the op
+ * timeout (SHS_OP_TIMEOUT_MS) marks the peer failed and returns
+ * SHS_ERR_TIMEOUT: a dead peer never hangs the caller.
+ *
+ * Hot path: no allocation, no lock, no system call beyond what the verbs
+ * provider does to post and poll.
+ *
+ * Threads: not thread-safe; the thread that drives the context calls these.
+ */
+#ifndef SHADOWSYNC_RMA_H
+#define SHADOWSYNC_RMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <shadowsync/context.h>
+#include <shadowsync/defs.h>
+#include <shadowsync/region.h>
+#include <shadowsync/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* peer argument of shs_flush and the immediate calls: every peer / any peer */
+#define SHS_PEER_ALL (-1)
+#define SHS_PEER_ANY (-1)
+
+/* timeout_ms argument: use the context's op timeout (SHS_OP_TIMEOUT_MS) */
+#define SHS_TIMEOUT_DEFAULT (-1)
+
+/* Operation flags. */
+enum {
+    /* Ask for a completion for this operation's last work request, so that a
+     * shs_flush() that follows needs no extra work request. Use it on the last
+     * operation before a flush when latency matters; without it the library
+     * signals one work request in SHS_SIGNAL_EVERY. */
+    SHS_OP_SIGNAL = 1u << 0
+};
+
+/*
+ * shs_write - copy len bytes from local at local_off to peer's copy of
+ * remote at remote_off. remote must grant SHS_ACCESS_REMOTE_WRITE.
+ * len 0 is a no-op. The local bytes must not change until a shs_flush()
+ * covering this operation returns.
+ *
+ * Status: SHS_OK (posted); SHS_ERR_OUT_OF_BOUNDS (a range outside its
+ * region, checked locally before posting); SHS_ERR_INVALID_ARG (NULL, peer
+ * out of range or self, regions of another context, missing access flag);
+ * SHS_ERR_PEER_FAILED (peer failed before or while waiting for room);
+ * SHS_ERR_TIMEOUT (no room in the send queue within the op timeout).
+ */
+SHS_API shs_status_t shs_write(shs_ctx_t *ctx, int peer, shs_region_t *local,
+                               size_t local_off, shs_region_t *remote,
+                               size_t remote_off, size_t len, unsigned flags);
+
+/*
+ * shs_read - copy len bytes from peer's copy of remote at remote_off into
+ * local at local_off. remote must grant SHS_ACCESS_REMOTE_READ, local
+ * SHS_ACCESS_LOCAL_WRITE (or REMOTE_WRITE). The data is in local memory once
+ * a shs_flush() covering this operation returns. Status: as shs_write.
+ */
+SHS_API shs_status_t shs_read(shs_ctx_t *ctx, int peer, shs_region_t *local,
+                              size_t local_off, shs_region_t *remote,
+                              size_t remote_off, size_t len, unsigned flags);
+
+/*
+ * shs_write_imm - as shs_write, then deliver imm to peer (shs_wait_imm on
+ * the peer returns it once all len bytes are visible there). len may be 0
+ * (a pure notification; the regions must still be valid handles).
+ * Status: as shs_write.
+ */
+SHS_API shs_status_t shs_write_imm(shs_ctx_t *ctx, int peer, shs_region_t *local,
+                                   size_t local_off, shs_region_t *remote,
+                                   size_t remote_off, size_t len, uint32_t imm,
+                                   unsigned flags);
+
+/*
+ * shs_flush - wait until every operation posted to peer (or SHS_PEER_ALL)
+ * before this call has completed. timeout_ms bounds the time without
+ * progress (SHS_TIMEOUT_DEFAULT: the op timeout; 0 is not allowed).
+ *
+ * Status: SHS_OK; SHS_ERR_PEER_FAILED (with SHS_PEER_ALL: some peer failed;
+ * the others were still flushed); SHS_ERR_REMOTE_ACCESS / SHS_ERR_TRANSPORT
+ * for the completion error that failed the peer, returned once, by the first
+ * flush that sees it; SHS_ERR_TIMEOUT (the peer is then marked failed);
+ * SHS_ERR_INVALID_ARG.
+ */
+SHS_API shs_status_t shs_flush(shs_ctx_t *ctx, int peer, int timeout_ms);
+
+/*
+ * shs_progress - poll the completion queue once without blocking and
+ * process what is there (marks failures, frees send-queue room, queues
+ * received immediates). Optional: every waiting call progresses by itself.
+ * Status: SHS_OK; SHS_ERR_DEVICE if the device failed; SHS_ERR_INVALID_ARG.
+ */
+SHS_API shs_status_t shs_progress(shs_ctx_t *ctx);
+
+/*
+ * shs_poll_imm - take one received immediate from peer (or SHS_PEER_ANY)
+ * without blocking. On SHS_OK, *peer_p (may be NULL) receives the sender and
+ * *imm_p the value. Immediates from one peer come in the order sent.
+ *
+ * Status: SHS_OK; SHS_ERR_TIMEOUT when none is pending (not an error: a
+ * zero-length wait); SHS_ERR_PEER_FAILED when the named peer failed (for
+ * SHS_PEER_ANY: every peer failed) and nothing is pending from it;
+ * SHS_ERR_INVALID_ARG.
+ */
+SHS_API shs_status_t shs_poll_imm(shs_ctx_t *ctx, int peer, int *peer_p,
+                                  uint32_t *imm_p);
+
+/*
+ * shs_wait_imm - as shs_poll_imm, waiting up to timeout_ms (SHS_TIMEOUT_DEFAULT:
+ * the op timeout). Unlike shs_flush, a timeout here does not fail the peer
+ * (a quiet peer is not a dead one). Status: as shs_poll_imm.
+ */
+SHS_API shs_status_t shs_wait_imm(shs_ctx_t *ctx, int peer, int *peer_p,
+                                  uint32_t *imm_p, int timeout_ms);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SHADOWSYNC_RMA_H */

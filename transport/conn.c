@@ -1,0 +1,190 @@
+/* Per-peer state, queue pairs and receive slots shared by both connect modes. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <arpa/inet.h>
+
+#include "runtime/log.h"
+#include "transport/transport.h"
+
+static void peer_failv(int level, shs__peer_t *peer, shs_status_t status, const char *fmt,
+                       va_list ap)
+{
+    /* the async thread and the caller's thread may both see the failure */
+    if (atomic_flag_test_and_set(&peer->claimed))
+        return;
+    vsnprintf(peer->reason, sizeof(peer->reason), fmt, ap);
+    peer->fail_status = status;
+    atomic_store_explicit(&peer->failed, 1, memory_order_release);
+    SHS__LOG_AT(level, "peer %d (%s) failed: %s", peer->rank, peer->addr, peer->reason);
+}
+
+void shs__peer_fail(shs__peer_t *peer, shs_status_t status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    peer_failv(SHS_LOG_LVL_ERROR, peer, status, fmt, ap);
+    va_end(ap);
+}
+
+void shs__peer_fail_at(int level, shs__peer_t *peer, shs_status_t status, const char *fmt,
+                       ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    peer_failv(level, peer, status, fmt, ap);
+    va_end(ap);
+}
+
+static unsigned pow2_at_least(unsigned n)
+{
+    unsigned p = 1;
+    while (p < n)
+        p <<= 1;
+    return p;
+}
+
+shs_status_t shs__mesh_alloc(shs_ctx_t *ctx)
+{
+    int qpp = ctx->cfg.qps_per_peer;
+    unsigned cap = pow2_at_least((unsigned)(qpp * ctx->cfg.rq_depth));
+
+    if (qpp < 1 || (long)qpp * ctx->size >= (1l << SHS__WRID_CONN_BITS)) {
+        SHS_ERROR("qps per peer %d is out of range for %d ranks", qpp, ctx->size);
+        return SHS_ERR_CONFIG;
+    }
+    ctx->peers = calloc((size_t)ctx->size, sizeof(*ctx->peers));
+    ctx->conns = calloc((size_t)ctx->size * (size_t)qpp, sizeof(*ctx->conns));
+    if (ctx->peers == NULL || ctx->conns == NULL)
+        goto err_free;
+    for (int r = 0; r < ctx->size; r++) {
+        shs__peer_t *peer = &ctx->peers[r];
+        peer->rank = r;
+        atomic_init(&peer->failed, 0);
+        atomic_flag_clear(&peer->claimed);
+        snprintf(peer->addr, sizeof(peer->addr), "rank %d", r);
+        if (r == ctx->rank)
+            continue;
+        peer->conns = calloc((size_t)qpp, sizeof(*peer->conns));
+        peer->imm_val = calloc(cap, sizeof(*peer->imm_val));
+        peer->imm_conn = calloc(cap, sizeof(*peer->imm_conn));
+        if (peer->conns == NULL || peer->imm_val == NULL || peer->imm_conn == NULL)
+            goto err_free;
+        peer->imm_mask = cap - 1;
+        for (int q = 0; q < qpp; q++) {
+            shs__conn_t *conn = &peer->conns[q];
+            conn->peer = peer;
+            conn->qp_slot = q;
+            conn->index = ctx->nconns;
+            ctx->conns[ctx->nconns++] = conn;
+        }
+    }
+    return SHS_OK;
+
+err_free:
+    SHS_ERROR("out of memory for the state of %d peers", ctx->size);
+    shs__mesh_free(ctx);
+    return SHS_ERR_NO_MEMORY;
+}
+
+void shs__mesh_free(shs_ctx_t *ctx)
+{
+    if (ctx->peers != NULL) {
+        for (int r = 0; r < ctx->size; r++) {
+            free(ctx->peers[r].conns);
+            free(ctx->peers[r].imm_val);
+            free(ctx->peers[r].imm_conn);
+        }
+    }
+    free(ctx->peers);
+    free(ctx->conns);
+    ctx->peers = NULL;
+    ctx->conns = NULL;
+    ctx->nconns = 0;
+}
+
+shs_status_t shs__conn_create_qp(shs_ctx_t *ctx, shs__conn_t *conn)
+{
+    struct ibv_qp_init_attr attr = {
+        .qp_context = conn,
+        .send_cq = ctx->cq,
+        .recv_cq = ctx->cq,
+        .cap = {
+            .max_send_wr = (uint32_t)ctx->cfg.sq_depth,
+            .max_recv_wr = (uint32_t)ctx->cfg.rq_depth,
+            .max_send_sge = 1,
+            .max_recv_sge = 1,
+        },
+        .qp_type = IBV_QPT_RC,
+        .sq_sig_all = 0,
+    };
+
+    if (conn->cm_id != NULL) {
+        if (conn->cm_id->verbs != ctx->verbs) {
+            SHS_ERROR("peer %d: rdma_cm resolved %s to device %s, not %s; set SHS_DEVICE "
+                      "or the gid index to match", conn->peer->rank, conn->peer->addr,
+                      ibv_get_device_name(conn->cm_id->verbs->device), ctx->dev_name);
+            return SHS_ERR_CONFIG;
+        }
+        if (rdma_create_qp(conn->cm_id, ctx->pd, &attr) != 0) {
+            SHS_ERROR("peer %d: rdma_create_qp: %s", conn->peer->rank, strerror(errno));
+            return SHS_ERR_NO_RESOURCE;
+        }
+        conn->qp = conn->cm_id->qp;
+    } else {
+        conn->qp = ibv_create_qp(ctx->pd, &attr);
+        if (conn->qp == NULL) {
+            SHS_ERROR("peer %d: ibv_create_qp (sq %d rq %d): %s", conn->peer->rank,
+                      ctx->cfg.sq_depth, ctx->cfg.rq_depth, strerror(errno));
+            return SHS_ERR_NO_RESOURCE;
+        }
+    }
+    return SHS_OK;
+}
+
+shs_status_t shs__conn_post_recvs(shs_ctx_t *ctx, shs__conn_t *conn)
+{
+    /* write-with-immediate consumes a receive but places no data through it,
+     * so receives carry no scatter list */
+    for (int i = 0; i < ctx->cfg.rq_depth; i++) {
+        struct ibv_recv_wr wr = {.wr_id = (uint64_t)conn->index | SHS__WRID_RECV};
+        struct ibv_recv_wr *bad;
+        int rc = ibv_post_recv(conn->qp, &wr, &bad);
+        if (rc != 0) {
+            SHS_ERROR("peer %d qp 0x%x: ibv_post_recv: %s", conn->peer->rank,
+                      conn->qp->qp_num, strerror(rc));
+            return SHS_ERR_NO_RESOURCE;
+        }
+    }
+    return SHS_OK;
+}
+
+void shs__gid_to_sockaddr(const uint8_t gid[16], uint16_t port, struct sockaddr_storage *ss)
+{
+    memset(ss, 0, sizeof(*ss));
+    if (memcmp(gid, "\0\0\0\0\0\0\0\0\0\0\xff\xff", 12) == 0) {
+        struct sockaddr_in *sin = (struct sockaddr_in *)ss;
+        sin->sin_family = AF_INET;
+        sin->sin_port = htons(port);
+        memcpy(&sin->sin_addr, gid + 12, 4);
+    } else {
+        struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)ss;
+        sin6->sin6_family = AF_INET6;
+        sin6->sin6_port = htons(port);
+        memcpy(&sin6->sin6_addr, gid, 16);
+    }
+}
+
+void shs__gid_to_string(const uint8_t gid[16], char *buf, size_t len)
+{
+    struct sockaddr_storage ss;
+
+    shs__gid_to_sockaddr(gid, 0, &ss);
+    const void *a = ss.ss_family == AF_INET ? (const void *)&((struct sockaddr_in *)&ss)->sin_addr
+                                            : (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr;
+    if (inet_ntop(ss.ss_family, a, buf, (socklen_t)len) == NULL)
+        snprintf(buf, len, "?");
+}

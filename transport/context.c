@@ -1,0 +1,187 @@
+/* The context: bootstrap, device, mesh of connections, event thread. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/log.h"
+#include "transport/transport.h"
+
+/* Flushes write zero bytes here; 64 bytes keep it one cache line. */
+#define SHS__SCRATCH_LEN 64
+
+static void disconnect_all(shs_ctx_t *ctx)
+{
+    if (ctx->cfg.connect_mode == SHS_CONNECT_RDMACM)
+        shs__rdmacm_teardown(ctx);
+    for (int i = 0; i < ctx->nconns; i++) {
+        shs__conn_t *conn = ctx->conns[i];
+        if (conn->qp != NULL && ibv_destroy_qp(conn->qp) != 0)
+            SHS_WARN("peer %d qp 0x%x: ibv_destroy_qp: %s", conn->peer->rank,
+                     conn->qp->qp_num, strerror(errno));
+        conn->qp = NULL;
+    }
+    if (ctx->cm_channel != NULL)
+        rdma_destroy_event_channel(ctx->cm_channel);
+    ctx->cm_channel = NULL;
+}
+
+static shs_status_t scratch_register(shs_ctx_t *ctx)
+{
+    if (posix_memalign(&ctx->scratch, SHS__SCRATCH_LEN, SHS__SCRATCH_LEN) != 0)
+        return SHS_ERR_NO_MEMORY;
+    memset(ctx->scratch, 0, SHS__SCRATCH_LEN);
+    ctx->scratch_mr = ibv_reg_mr(ctx->pd, ctx->scratch, SHS__SCRATCH_LEN,
+                                 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (ctx->scratch_mr == NULL) {
+        SHS_ERROR("%s: ibv_reg_mr (scratch): %s", ctx->dev_name, strerror(errno));
+        free(ctx->scratch);
+        ctx->scratch = NULL;
+        return SHS_ERR_NO_RESOURCE;
+    }
+    return SHS_OK;
+}
+
+static void scratch_deregister(shs_ctx_t *ctx)
+{
+    if (ctx->scratch_mr != NULL && ibv_dereg_mr(ctx->scratch_mr) != 0)
+        SHS_WARN("%s: ibv_dereg_mr (scratch): %s", ctx->dev_name, strerror(errno));
+    ctx->scratch_mr = NULL;
+    free(ctx->scratch);
+    ctx->scratch = NULL;
+    free(ctx->scratch_remote);
+    ctx->scratch_remote = NULL;
+}
+
+static shs_status_t scratch_exchange(shs_ctx_t *ctx)
+{
+    shs__remote_t mine = {
+        .addr = (uintptr_t)ctx->scratch,
+        .len = SHS__SCRATCH_LEN,
+        .rkey = ctx->scratch_mr->rkey,
+        .flags = SHS_ACCESS_REMOTE_WRITE,
+    };
+    ctx->scratch_remote = calloc((size_t)ctx->size, sizeof(shs__remote_t));
+    if (ctx->scratch_remote == NULL)
+        return SHS_ERR_NO_MEMORY;
+    return shs__boot_allgather(ctx->boot, &mine, sizeof(mine), ctx->scratch_remote);
+}
+
+shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p)
+{
+    shs_status_t status;
+    shs_ctx_t *ctx;
+
+    if (ctx_p == NULL)
+        return SHS_ERR_INVALID_ARG;
+    ctx = calloc(1, sizeof(*ctx));
+    if (ctx == NULL)
+        return SHS_ERR_NO_MEMORY;
+    atomic_init(&ctx->device_failed, 0);
+
+    status = shs__config_load(&ctx->cfg);
+    if (status != SHS_OK)
+        goto err_free_ctx;
+    status = shs__ctx_params_apply(params, &ctx->cfg, ctx->sysfs_root, sizeof(ctx->sysfs_root));
+    if (status != SHS_OK)
+        goto err_free_ctx;
+    shs__log_set_rank(ctx->cfg.rank);
+
+    /* the bootstrap first: it refuses a rank of another job (token, version,
+     * size) before anything touches the device */
+    status = shs__boot_create(&ctx->cfg, &ctx->boot);
+    if (status != SHS_OK)
+        goto err_free_ctx;
+    ctx->rank = shs__boot_rank(ctx->boot);
+    ctx->size = shs__boot_size(ctx->boot);
+
+    status = shs__device_open(ctx);
+    if (status != SHS_OK)
+        goto err_destroy_boot;
+    status = shs__mesh_alloc(ctx);
+    if (status != SHS_OK)
+        goto err_close_device;
+    status = shs__cq_create(ctx);
+    if (status != SHS_OK)
+        goto err_free_mesh;
+    status = scratch_register(ctx);
+    if (status != SHS_OK)
+        goto err_destroy_cq;
+    status = ctx->cfg.connect_mode == SHS_CONNECT_RDMACM ? shs__connect_rdmacm(ctx)
+                                                         : shs__connect_oob(ctx);
+    if (status != SHS_OK)
+        goto err_disconnect;
+    status = scratch_exchange(ctx);
+    if (status != SHS_OK)
+        goto err_disconnect;
+    status = shs__async_start(ctx);
+    if (status != SHS_OK)
+        goto err_disconnect;
+
+    SHS_INFO("rank %d of %d: %d connection(s) up over %s (%s)", ctx->rank, ctx->size,
+             ctx->nconns, ctx->dev_name,
+             ctx->cfg.connect_mode == SHS_CONNECT_RDMACM ? "rdmacm" : "oob");
+    *ctx_p = ctx;
+    return SHS_OK;
+
+err_disconnect:
+    disconnect_all(ctx);
+    scratch_deregister(ctx);
+err_destroy_cq:
+    shs__cq_destroy(ctx);
+err_free_mesh:
+    shs__mesh_free(ctx);
+err_close_device:
+    shs__device_close(ctx);
+err_destroy_boot:
+    shs__boot_destroy(ctx->boot);
+err_free_ctx:
+    free(ctx);
+    return status;
+}
+
+void shs_ctx_destroy(shs_ctx_t *ctx)
+{
+    if (ctx == NULL)
+        return;
+    if (ctx->live_regions != 0)
+        SHS_WARN("context destroyed with %d region(s) still registered; they are leaked",
+                 ctx->live_regions);
+    shs__async_stop(ctx);
+    disconnect_all(ctx);
+    scratch_deregister(ctx);
+    shs__cq_destroy(ctx);
+    shs__mesh_free(ctx);
+    if (ctx->live_regions == 0)
+        shs__device_close(ctx);
+    shs__boot_destroy(ctx->boot);
+    free(ctx);
+}
+
+int shs_ctx_rank(const shs_ctx_t *ctx)
+{
+    return ctx->rank;
+}
+
+int shs_ctx_size(const shs_ctx_t *ctx)
+{
+    return ctx->size;
+}
+
+shs_status_t shs_ctx_barrier(shs_ctx_t *ctx)
+{
+    if (ctx == NULL)
+        return SHS_ERR_INVALID_ARG;
+    return shs__boot_barrier(ctx->boot);
+}
+
+shs_status_t shs_ctx_peer_status(const shs_ctx_t *ctx, int peer, const char **reason_p)
+{
+    if (ctx == NULL || peer < 0 || peer >= ctx->size || peer == ctx->rank)
+        return SHS_ERR_INVALID_ARG;
+    const shs__peer_t *p = &ctx->peers[peer];
+    if (!shs__peer_is_failed(p))
+        return SHS_OK;
+    if (reason_p != NULL)
+        *reason_p = p->reason;
+    return SHS_ERR_PEER_FAILED;
+}

@@ -1,0 +1,199 @@
+/* Regions: local registration plus a collective exchange of address, key and
+ * length, so that every rank can name every peer's copy. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/log.h"
+#include "runtime/memory.h"
+#include "transport/transport.h"
+
+#define SHS__ACCESS_ALL (SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_READ | SHS_ACCESS_REMOTE_WRITE)
+
+/* What every rank contributes to the registration exchange. */
+typedef struct reg_rec {
+    uint64_t addr;
+    uint64_t len;
+    uint32_t rkey;
+    uint32_t flags;
+    int32_t status; /* this rank's local outcome: all ranks fail together */
+    uint32_t pad;
+} reg_rec_t;
+
+static int ibv_access_of(unsigned flags)
+{
+    int a = 0;
+    /* verbs requires local write for remote write */
+    if (flags & (SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_WRITE))
+        a |= IBV_ACCESS_LOCAL_WRITE;
+    if (flags & SHS_ACCESS_REMOTE_WRITE)
+        a |= IBV_ACCESS_REMOTE_WRITE;
+    if (flags & SHS_ACCESS_REMOTE_READ)
+        a |= IBV_ACCESS_REMOTE_READ;
+    return a;
+}
+
+
+/* Collective part, shared by register and alloc. The region's memory is set;
+ * local_status says whether this rank got that far. */
+static shs_status_t region_finish(shs_ctx_t *ctx, shs_region_t *region,
+                                  shs_status_t local_status)
+{
+    shs_status_t status;
+    reg_rec_t mine = {.status = local_status};
+    reg_rec_t *all = calloc((size_t)ctx->size, sizeof(*all));
+
+    if (all == NULL)
+        return SHS_ERR_NO_MEMORY; /* peers time out in the allgather: rare and bounded */
+    if (local_status == SHS_OK) {
+        region->mr = ibv_reg_mr(ctx->pd, region->addr, region->len,
+                                ibv_access_of(region->flags));
+        if (region->mr == NULL) {
+            SHS_ERROR("ibv_reg_mr(%zu bytes): %s; check `ulimit -l` (locked memory)",
+                      region->len, strerror(errno));
+            mine.status = SHS_ERR_NO_RESOURCE;
+        } else {
+            mine.addr = (uintptr_t)region->addr;
+            mine.len = region->len;
+            mine.rkey = region->mr->rkey;
+            mine.flags = region->flags;
+        }
+    }
+    status = shs__boot_allgather(ctx->boot, &mine, sizeof(mine), all);
+    if (status != SHS_OK)
+        goto err_dereg;
+
+    status = (shs_status_t)mine.status;
+    for (int r = 0; r < ctx->size && status == SHS_OK; r++) {
+        if (all[r].status != SHS_OK) {
+            SHS_ERROR("region registration failed on rank %d (%s)", r,
+                      shs_status_string((shs_status_t)all[r].status));
+            status = SHS_ERR_PEER_FAILED;
+        }
+    }
+    if (status != SHS_OK)
+        goto err_dereg;
+    for (int r = 1; r < ctx->size; r++) {
+        if (all[r].len != all[0].len) {
+            /* every rank sees the same table, so every rank fails the same way */
+            SHS_ERROR("region registration: rank %d registered %llu bytes but rank 0 "
+                      "registered %llu; every rank must register the same size",
+                      r, (unsigned long long)all[r].len, (unsigned long long)all[0].len);
+            status = SHS_ERR_SIZE_MISMATCH;
+        }
+    }
+    if (status != SHS_OK)
+        goto err_dereg;
+
+    region->remote = calloc((size_t)ctx->size, sizeof(*region->remote));
+    if (region->remote == NULL) {
+        status = SHS_ERR_NO_MEMORY;
+        goto err_dereg;
+    }
+    for (int r = 0; r < ctx->size; r++) {
+        region->remote[r].addr = all[r].addr;
+        region->remote[r].len = all[r].len;
+        region->remote[r].rkey = all[r].rkey;
+        region->remote[r].flags = all[r].flags;
+    }
+    free(all);
+    ctx->live_regions++;
+    return SHS_OK;
+
+err_dereg:
+    if (region->mr != NULL)
+        ibv_dereg_mr(region->mr);
+    region->mr = NULL;
+    free(all);
+    return status;
+}
+
+static shs_status_t check_args(size_t len, unsigned flags)
+{
+    if (len == 0 || (flags & ~(unsigned)SHS__ACCESS_ALL) != 0) {
+        SHS_ERROR("region: length %zu or flags 0x%x invalid", len, flags);
+        return SHS_ERR_INVALID_ARG;
+    }
+    return SHS_OK;
+}
+
+shs_status_t shs_region_register(shs_ctx_t *ctx, void *addr, size_t len, unsigned flags,
+                                 shs_region_t **region_p)
+{
+    if (ctx == NULL || region_p == NULL)
+        return SHS_ERR_INVALID_ARG;
+    shs_region_t *region = calloc(1, sizeof(*region));
+    if (region == NULL)
+        return SHS_ERR_NO_MEMORY;
+    region->ctx = ctx;
+    region->addr = addr;
+    region->len = len;
+    region->flags = flags;
+
+    /* a bad argument still takes part in the exchange, so peers fail at once
+     * instead of waiting for this rank until the bootstrap timeout */
+    shs_status_t local = addr == NULL ? SHS_ERR_INVALID_ARG : check_args(len, flags);
+    shs_status_t status = region_finish(ctx, region, local);
+    if (status != SHS_OK) {
+        free(region);
+        return status;
+    }
+    *region_p = region;
+    return SHS_OK;
+}
+
+shs_status_t shs_region_alloc(shs_ctx_t *ctx, size_t len, unsigned flags,
+                              shs_region_t **region_p)
+{
+    if (ctx == NULL || region_p == NULL)
+        return SHS_ERR_INVALID_ARG;
+    shs_region_t *region = calloc(1, sizeof(*region));
+    if (region == NULL)
+        return SHS_ERR_NO_MEMORY;
+    region->ctx = ctx;
+    region->len = len;
+    region->flags = flags;
+    shs_status_t local = check_args(len, flags);
+    if (local == SHS_OK) {
+        shs__mem_params_t mp;
+        shs__mem_params_init(&mp, len);
+        mp.device = ctx->dev_name; /* NUMA node of the device */
+        mp.hugepages = ctx->cfg.hugepages;
+        local = shs__mem_alloc(&mp, &region->mem);
+        if (local == SHS_OK) {
+            region->addr = region->mem.addr;
+            region->owned = true;
+        }
+    }
+    shs_status_t status = region_finish(ctx, region, local);
+    if (status != SHS_OK) {
+        shs__mem_free(&region->mem);
+        free(region);
+        return status;
+    }
+    *region_p = region;
+    return SHS_OK;
+}
+
+void shs_region_destroy(shs_region_t *region)
+{
+    if (region == NULL)
+        return;
+    if (region->mr != NULL && ibv_dereg_mr(region->mr) != 0)
+        SHS_WARN("region %p: ibv_dereg_mr: %s", region->addr, strerror(errno));
+    if (region->owned)
+        shs__mem_free(&region->mem);
+    region->ctx->live_regions--;
+    free(region->remote);
+    free(region);
+}
+
+void *shs_region_addr(const shs_region_t *region)
+{
+    return region->addr;
+}
+
+size_t shs_region_len(const shs_region_t *region)
+{
+    return region->len;
+}

@@ -1,0 +1,465 @@
+/* Posting, completions, flush and immediates: the data path. No allocation,
+ * no lock; the only system calls are the provider's own post and poll (and
+ * sched_yield once a wait has been idle for a while). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+
+#include "runtime/clock.h"
+#include "runtime/log.h"
+#include "transport/transport.h"
+
+/* Empty polls before a waiting caller starts yielding its CPU: short enough
+ * that a few waiting ranks on few cores (the emulated guest) let the one
+ * that must make progress run, long enough not to add latency to a
+ * completion that is microseconds away. */
+#define SHS__SPIN_POLLS 2000
+
+static void fail_from_wc(shs_ctx_t *ctx, shs__conn_t *conn, const struct ibv_wc *wc)
+{
+    if (shs__peer_is_failed(conn->peer))
+        return; /* the first error was reported; the rest are its flushes */
+    shs__peer_fail(conn->peer, shs__wc_status_to_status(wc->status),
+                   "%s on qp 0x%x (%s): %s", ibv_wc_status_str(wc->status),
+                   conn->qp->qp_num, (wc->wr_id & SHS__WRID_RECV) ? "receive" : "send",
+                   shs__wc_status_hint(wc->status));
+}
+
+int shs__poll(shs_ctx_t *ctx)
+{
+    int n = ibv_poll_cq(ctx->cq, SHS__WC_BATCH, ctx->wc);
+
+    if (n < 0) {
+        if (atomic_exchange(&ctx->device_failed, 1) == 0)
+            SHS_ERROR("%s: ibv_poll_cq failed (%d): the device is unusable", ctx->dev_name, n);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        const struct ibv_wc *wc = &ctx->wc[i];
+        shs__conn_t *conn = ctx->conns[wc->wr_id & ((1u << SHS__WRID_CONN_BITS) - 1)];
+        shs__peer_t *peer = conn->peer;
+
+        if (wc->status != IBV_WC_SUCCESS) {
+            fail_from_wc(ctx, conn, wc);
+            if (!(wc->wr_id & SHS__WRID_RECV))
+                conn->sq_done = (wc->wr_id >> SHS__WRID_SEQ_SHIFT) + 1;
+            continue;
+        }
+        if (wc->wr_id & SHS__WRID_RECV) {
+            /* room is guaranteed: one entry per receive not yet reposted */
+            unsigned t = peer->imm_tail & peer->imm_mask;
+            peer->imm_val[t] = ntohl(wc->imm_data);
+            peer->imm_conn[t] = (uint16_t)conn->qp_slot;
+            peer->imm_tail++;
+        } else {
+            uint64_t done = (wc->wr_id >> SHS__WRID_SEQ_SHIFT) + 1;
+            if (done > conn->sq_done)
+                conn->sq_done = done;
+        }
+    }
+    return n;
+}
+
+/* The status a call naming a failed peer returns: the completion error once
+ * (to the flush that finds it), then "peer failed". */
+static shs_status_t peer_failed_status(shs__peer_t *peer, bool report)
+{
+    if (report && !peer->fail_reported) {
+        peer->fail_reported = true;
+        return peer->fail_status;
+    }
+    return SHS_ERR_PEER_FAILED;
+}
+
+static void idle(unsigned *empty)
+{
+    if (++*empty > SHS__SPIN_POLLS)
+        sched_yield();
+}
+
+/* Wait until conn has room for n more work requests. */
+static shs_status_t reserve(shs_ctx_t *ctx, shs__conn_t *conn, unsigned n)
+{
+    uint64_t last_done = conn->sq_done;
+    shs__deadline_t dl;
+    unsigned empty = 0;
+    bool armed = false;
+
+    while (conn->sq_posted - conn->sq_done + n > (uint64_t)ctx->cfg.sq_depth) {
+        if (shs__peer_is_failed(conn->peer))
+            return SHS_ERR_PEER_FAILED;
+        if (!armed) {
+            dl = shs__deadline_in_ms(ctx->cfg.op_timeout_ms);
+            armed = true;
+        }
+        if (shs__poll(ctx) < 0)
+            return SHS_ERR_DEVICE;
+        if (conn->sq_done != last_done) {
+            last_done = conn->sq_done;
+            dl = shs__deadline_in_ms(ctx->cfg.op_timeout_ms);
+            empty = 0;
+        } else if (shs__deadline_passed(dl)) {
+            shs__peer_fail(conn->peer, SHS_ERR_TIMEOUT,
+                           "no send completion for %d ms (SHS_OP_TIMEOUT_MS) with a full "
+                           "send queue", ctx->cfg.op_timeout_ms);
+            return SHS_ERR_TIMEOUT;
+        } else {
+            idle(&empty);
+        }
+    }
+    return SHS_OK;
+}
+
+/* Post ctx->wr[0..n) on conn (signaling already decided). */
+static shs_status_t post_batch(shs_ctx_t *ctx, shs__conn_t *conn, unsigned n)
+{
+    struct ibv_send_wr *bad = NULL;
+
+    for (unsigned k = 0; k + 1 < n; k++)
+        ctx->wr[k].next = &ctx->wr[k + 1];
+    ctx->wr[n - 1].next = NULL;
+    int rc = ibv_post_send(conn->qp, ctx->wr, &bad);
+    if (rc != 0) {
+        unsigned posted = bad != NULL ? (unsigned)(bad - ctx->wr) : 0;
+        conn->sq_posted += posted;
+        shs__peer_fail(conn->peer, SHS_ERR_TRANSPORT, "ibv_post_send on qp 0x%x: %s",
+                       conn->qp->qp_num, strerror(rc));
+        return SHS_ERR_PEER_FAILED;
+    }
+    conn->sq_posted += n;
+    return SHS_OK;
+}
+
+/* Fill ctx->wr[k] as work request number seq of conn. */
+static void fill_wr(shs_ctx_t *ctx, shs__conn_t *conn, unsigned k, bool force_signal)
+{
+    struct ibv_send_wr *wr = &ctx->wr[k];
+    uint64_t seq = conn->sq_posted + k;
+
+    wr->wr_id = (uint64_t)conn->index | (seq << SHS__WRID_SEQ_SHIFT);
+    wr->send_flags = 0;
+    if (force_signal || ++conn->unsignaled_run >= (unsigned)ctx->signal_every) {
+        wr->send_flags = IBV_SEND_SIGNALED;
+        conn->unsignaled_run = 0;
+        conn->sq_signaled = seq + 1;
+    }
+}
+
+static shs_status_t check_op(shs_ctx_t *ctx, int peer, const shs_region_t *local,
+                             size_t loff, const shs_region_t *remote, size_t roff, size_t len,
+                             bool is_read)
+{
+    if (ctx == NULL || local == NULL || remote == NULL || local->ctx != ctx ||
+        remote->ctx != ctx || peer < 0 || peer >= ctx->size || peer == ctx->rank)
+        return SHS_ERR_INVALID_ARG;
+    const shs__remote_t *rm = &remote->remote[peer];
+    if (!shs__range_ok(loff, len, local->len) || !shs__range_ok(roff, len, rm->len)) {
+        SHS_ERROR("%s of %zu bytes to peer %d: local [%zu, +%zu) of %zu or remote "
+                  "[%zu, +%zu) of %llu is out of bounds", is_read ? "read" : "write", len,
+                  peer, loff, len, local->len, roff, len, (unsigned long long)rm->len);
+        return SHS_ERR_OUT_OF_BOUNDS;
+    }
+    if (is_read ? !(rm->flags & SHS_ACCESS_REMOTE_READ) ||
+                      !(local->flags & (SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_WRITE))
+                : !(rm->flags & SHS_ACCESS_REMOTE_WRITE)) {
+        SHS_ERROR("%s to peer %d: the %s region lacks the access right (%s)",
+                  is_read ? "read" : "write", peer,
+                  is_read && (rm->flags & SHS_ACCESS_REMOTE_READ) ? "local" : "remote",
+                  is_read ? "SHS_ACCESS_REMOTE_READ remotely, LOCAL_WRITE locally"
+                          : "SHS_ACCESS_REMOTE_WRITE");
+        return SHS_ERR_INVALID_ARG;
+    }
+    if (shs__peer_is_failed(&ctx->peers[peer]))
+        return SHS_ERR_PEER_FAILED;
+    return SHS_OK;
+}
+
+static shs_status_t post_op(shs_ctx_t *ctx, int peer, shs_region_t *local, size_t loff,
+                            shs_region_t *remote, size_t roff, size_t len,
+                            enum ibv_wr_opcode opcode, bool with_imm, uint32_t imm,
+                            unsigned flags)
+{
+    shs_status_t status = check_op(ctx, peer, local, loff, remote, roff, len,
+                                   opcode == IBV_WR_RDMA_READ);
+    if (status != SHS_OK)
+        return status;
+    if (len == 0 && !with_imm)
+        return SHS_OK;
+
+    shs__peer_t *p = &ctx->peers[peer];
+    const shs__remote_t *rm = &remote->remote[peer];
+    size_t pieces = shs__split_count(len, ctx->chunk);
+    int qpp = ctx->cfg.qps_per_peer;
+    unsigned first_conn = p->rr++ % (unsigned)qpp;
+    if (pieces == 0)
+        pieces = 1; /* a zero-length write with immediate: one notification */
+
+    /* Pieces go round robin over the peer's QPs, except with an immediate:
+     * it must arrive after all its data, which only one QP's order ensures. */
+    size_t i = 0;
+    while (i < pieces) {
+        unsigned slot = with_imm || qpp == 1 ? first_conn
+                                             : (first_conn + (unsigned)i) % (unsigned)qpp;
+        shs__conn_t *conn = &p->conns[slot];
+        unsigned n = 0;
+        size_t stop = pieces - i < (size_t)ctx->post_batch ? pieces : i + (size_t)ctx->post_batch;
+        unsigned want = (unsigned)(stop - i);
+        if (!(with_imm || qpp == 1))
+            want = 1; /* the next piece goes to another QP */
+
+        status = reserve(ctx, conn, want);
+        if (status != SHS_OK)
+            return status;
+        for (; n < want; n++, i++) {
+            size_t off, plen;
+            bool last = i + 1 == pieces;
+            shs__split_piece(len, ctx->chunk, i, &off, &plen);
+            struct ibv_sge *sge = &ctx->sge[n];
+            struct ibv_send_wr *wr = &ctx->wr[n];
+            sge->addr = (uintptr_t)local->addr + loff + off;
+            sge->length = (uint32_t)plen;
+            sge->lkey = local->mr->lkey;
+            wr->sg_list = sge;
+            wr->num_sge = plen != 0;
+            wr->opcode = last && with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : opcode;
+            wr->imm_data = htonl(imm);
+            wr->wr.rdma.remote_addr = rm->addr + roff + off;
+            wr->wr.rdma.rkey = rm->rkey;
+            fill_wr(ctx, conn, n, last && (flags & SHS_OP_SIGNAL));
+        }
+        status = post_batch(ctx, conn, n);
+        if (status != SHS_OK)
+            return status;
+    }
+    return SHS_OK;
+}
+
+shs_status_t shs_write(shs_ctx_t *ctx, int peer, shs_region_t *local, size_t local_off,
+                       shs_region_t *remote, size_t remote_off, size_t len, unsigned flags)
+{
+    return post_op(ctx, peer, local, local_off, remote, remote_off, len, IBV_WR_RDMA_WRITE,
+                   false, 0, flags);
+}
+
+shs_status_t shs_read(shs_ctx_t *ctx, int peer, shs_region_t *local, size_t local_off,
+                      shs_region_t *remote, size_t remote_off, size_t len, unsigned flags)
+{
+    return post_op(ctx, peer, local, local_off, remote, remote_off, len, IBV_WR_RDMA_READ,
+                   false, 0, flags);
+}
+
+shs_status_t shs_write_imm(shs_ctx_t *ctx, int peer, shs_region_t *local, size_t local_off,
+                           shs_region_t *remote, size_t remote_off, size_t len, uint32_t imm,
+                           unsigned flags)
+{
+    return post_op(ctx, peer, local, local_off, remote, remote_off, len, IBV_WR_RDMA_WRITE,
+                   true, imm, flags);
+}
+
+/* Make the last work request posted on conn a signaled one, so that its
+ * completion tells when everything before it is done: a zero-byte write into
+ * the peer's scratch area. */
+static shs_status_t post_fence(shs_ctx_t *ctx, shs__conn_t *conn)
+{
+    const shs__remote_t *sc = &ctx->scratch_remote[conn->peer->rank];
+    shs_status_t status = reserve(ctx, conn, 1);
+    if (status != SHS_OK)
+        return status;
+    struct ibv_send_wr *wr = &ctx->wr[0];
+    wr->sg_list = NULL;
+    wr->num_sge = 0;
+    wr->opcode = IBV_WR_RDMA_WRITE;
+    wr->wr.rdma.remote_addr = sc->addr;
+    wr->wr.rdma.rkey = sc->rkey;
+    fill_wr(ctx, conn, 0, true);
+    return post_batch(ctx, conn, 1);
+}
+
+static shs_status_t flush_peer_post(shs_ctx_t *ctx, shs__peer_t *p)
+{
+    for (int q = 0; q < ctx->cfg.qps_per_peer; q++) {
+        shs__conn_t *conn = &p->conns[q];
+        if (conn->sq_done < conn->sq_posted && conn->sq_signaled < conn->sq_posted) {
+            shs_status_t status = post_fence(ctx, conn);
+            if (status != SHS_OK)
+                return status;
+        }
+    }
+    return SHS_OK;
+}
+
+static bool peer_drained(const shs_ctx_t *ctx, const shs__peer_t *p)
+{
+    for (int q = 0; q < ctx->cfg.qps_per_peer; q++)
+        if (p->conns[q].sq_done < p->conns[q].sq_posted)
+            return false;
+    return true;
+}
+
+static uint64_t peer_done_sum(const shs_ctx_t *ctx, const shs__peer_t *p)
+{
+    uint64_t s = 0;
+    for (int q = 0; q < ctx->cfg.qps_per_peer; q++)
+        s += p->conns[q].sq_done;
+    return s;
+}
+
+shs_status_t shs_flush(shs_ctx_t *ctx, int peer, int timeout_ms)
+{
+    if (ctx == NULL || timeout_ms == 0 || peer < SHS_PEER_ALL || peer >= ctx->size ||
+        peer == ctx->rank)
+        return SHS_ERR_INVALID_ARG;
+    if (timeout_ms < 0)
+        timeout_ms = ctx->cfg.op_timeout_ms;
+    int lo = peer == SHS_PEER_ALL ? 0 : peer;
+    int hi = peer == SHS_PEER_ALL ? ctx->size - 1 : peer;
+
+    for (int r = lo; r <= hi; r++)
+        if (r != ctx->rank && !shs__peer_is_failed(&ctx->peers[r]))
+            (void)flush_peer_post(ctx, &ctx->peers[r]); /* a failure shows below */
+
+    /* the deadline bounds the time without progress, not the whole flush:
+     * 64 MiB at emulated speed may take longer than the op timeout */
+    uint64_t progress = 0;
+    for (int r = lo; r <= hi; r++)
+        if (r != ctx->rank)
+            progress += peer_done_sum(ctx, &ctx->peers[r]);
+    shs__deadline_t dl = shs__deadline_in_ms(timeout_ms);
+    unsigned empty = 0;
+    for (;;) {
+        bool busy = false;
+        uint64_t now_progress = 0;
+        for (int r = lo; r <= hi; r++) {
+            if (r == ctx->rank)
+                continue;
+            shs__peer_t *p = &ctx->peers[r];
+            now_progress += peer_done_sum(ctx, p);
+            if (!shs__peer_is_failed(p) && !peer_drained(ctx, p))
+                busy = true;
+        }
+        if (!busy)
+            break;
+        if (shs__poll(ctx) < 0)
+            return SHS_ERR_DEVICE;
+        if (now_progress != progress) {
+            progress = now_progress;
+            dl = shs__deadline_in_ms(timeout_ms);
+            empty = 0;
+        } else if (shs__deadline_passed(dl)) {
+            for (int r = lo; r <= hi; r++) {
+                shs__peer_t *p = &ctx->peers[r];
+                if (r != ctx->rank && !shs__peer_is_failed(p) && !peer_drained(ctx, p))
+                    shs__peer_fail(p, SHS_ERR_TIMEOUT, "no completion for %d ms while "
+                                   "flushing (SHS_OP_TIMEOUT_MS): peer dead or link down?",
+                                   timeout_ms);
+            }
+            break;
+        } else {
+            idle(&empty);
+        }
+    }
+
+    shs_status_t status = SHS_OK;
+    for (int r = lo; r <= hi; r++) {
+        shs__peer_t *p = &ctx->peers[r];
+        if (r != ctx->rank && shs__peer_is_failed(p)) {
+            shs_status_t st = peer_failed_status(p, true);
+            if (status == SHS_OK)
+                status = st;
+        }
+    }
+    return status;
+}
+
+shs_status_t shs_progress(shs_ctx_t *ctx)
+{
+    if (ctx == NULL)
+        return SHS_ERR_INVALID_ARG;
+    if (atomic_load_explicit(&ctx->device_failed, memory_order_relaxed))
+        return SHS_ERR_DEVICE;
+    return shs__poll(ctx) < 0 ? SHS_ERR_DEVICE : SHS_OK;
+}
+
+/* Take one pending immediate of p and give its receive back. */
+static bool take_imm(shs_ctx_t *ctx, shs__peer_t *p, uint32_t *imm_p)
+{
+    if (p->imm_head == p->imm_tail)
+        return false;
+    unsigned h = p->imm_head & p->imm_mask;
+    shs__conn_t *conn = &p->conns[p->imm_conn[h]];
+    *imm_p = p->imm_val[h];
+    p->imm_head++;
+    struct ibv_recv_wr wr = {.wr_id = (uint64_t)conn->index | SHS__WRID_RECV};
+    struct ibv_recv_wr *bad;
+    int rc = ibv_post_recv(conn->qp, &wr, &bad);
+    if (rc != 0 && !shs__peer_is_failed(p))
+        shs__peer_fail(p, SHS_ERR_TRANSPORT, "ibv_post_recv on qp 0x%x: %s",
+                       conn->qp->qp_num, strerror(rc));
+    return true;
+}
+
+/* One attempt: SHS_OK (taken), SHS_ERR_TIMEOUT (nothing), SHS_ERR_PEER_FAILED. */
+static shs_status_t try_imm(shs_ctx_t *ctx, int peer, int *peer_p, uint32_t *imm_p)
+{
+    if (peer != SHS_PEER_ANY) {
+        shs__peer_t *p = &ctx->peers[peer];
+        if (take_imm(ctx, p, imm_p)) {
+            if (peer_p != NULL)
+                *peer_p = peer;
+            return SHS_OK;
+        }
+        return shs__peer_is_failed(p) ? SHS_ERR_PEER_FAILED : SHS_ERR_TIMEOUT;
+    }
+    bool any_alive = false;
+    for (int k = 0; k < ctx->size; k++) {
+        int r = (int)((ctx->imm_rr + (unsigned)k) % (unsigned)ctx->size);
+        if (r == ctx->rank)
+            continue;
+        shs__peer_t *p = &ctx->peers[r];
+        if (take_imm(ctx, p, imm_p)) {
+            ctx->imm_rr = (unsigned)r + 1;
+            if (peer_p != NULL)
+                *peer_p = r;
+            return SHS_OK;
+        }
+        if (!shs__peer_is_failed(p))
+            any_alive = true;
+    }
+    return any_alive ? SHS_ERR_TIMEOUT : SHS_ERR_PEER_FAILED;
+}
+
+shs_status_t shs_poll_imm(shs_ctx_t *ctx, int peer, int *peer_p, uint32_t *imm_p)
+{
+    if (ctx == NULL || imm_p == NULL || peer < SHS_PEER_ANY || peer >= ctx->size ||
+        peer == ctx->rank)
+        return SHS_ERR_INVALID_ARG;
+    if (shs__poll(ctx) < 0)
+        return SHS_ERR_DEVICE;
+    return try_imm(ctx, peer, peer_p, imm_p);
+}
+
+shs_status_t shs_wait_imm(shs_ctx_t *ctx, int peer, int *peer_p, uint32_t *imm_p,
+                          int timeout_ms)
+{
+    if (ctx == NULL || imm_p == NULL || peer < SHS_PEER_ANY || peer >= ctx->size ||
+        peer == ctx->rank)
+        return SHS_ERR_INVALID_ARG;
+    shs__deadline_t dl = shs__deadline_in_ms(timeout_ms < 0 ? ctx->cfg.op_timeout_ms
+                                                            : timeout_ms);
+    unsigned empty = 0;
+    for (;;) {
+        shs_status_t status = try_imm(ctx, peer, peer_p, imm_p);
+        if (status != SHS_ERR_TIMEOUT)
+            return status;
+        int n = shs__poll(ctx);
+        if (n < 0)
+            return SHS_ERR_DEVICE;
+        if (n > 0)
+            empty = 0;
+        else if (shs__deadline_passed(dl))
+            return SHS_ERR_TIMEOUT;
+        else
+            idle(&empty);
+    }
+}

@@ -1,0 +1,217 @@
+/*
+ * Private layout of the transport: context, peers, connections, regions.
+ * Only transport/ and its unit tests include this file.
+ */
+#ifndef SHS_TRANSPORT_TRANSPORT_H
+#define SHS_TRANSPORT_TRANSPORT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <sys/socket.h>
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include <shadowsync/context.h>
+#include <shadowsync/region.h>
+#include <shadowsync/rma.h>
+#include <shadowsync/status.h>
+
+#include "runtime/bootstrap.h"
+#include "runtime/config.h"
+#include "runtime/memory.h"
+
+#define SHS__SYSFS_ROOT_DEFAULT "/sys/class/infiniband"
+#define SHS__REASON_LEN 192
+#define SHS__POST_BATCH 16 /* work requests chained into one post (one doorbell) */
+#define SHS__WC_BATCH 32
+
+/* ---- GID selection from sysfs (pure: no verbs; unit-tested) ---- */
+typedef struct shs__gid_choice {
+    int index;
+    uint8_t gid[16];
+    bool roce_v2;
+    bool ipv4_mapped;
+} shs__gid_choice_t;
+
+/* Pick a GID of port `port` of device `dev` under sysfs_root. want_index >= 0
+ * forces that entry (it must exist and be non-zero). Otherwise the best entry
+ * wins: RoCE v2 with an IPv4-mapped address, then RoCE v2 (non link-local),
+ * then any non-zero GID (InfiniBand: index 0). SHS_ERR_NO_DEVICE if none. */
+shs_status_t shs__gid_select(const char *sysfs_root, const char *dev, int port,
+                             int want_index, shs__gid_choice_t *choice_p);
+/* Parse "xxxx:xxxx:...:xxxx" (sysfs form) into 16 bytes; false if malformed. */
+bool shs__gid_parse(const char *text, uint8_t gid[16]);
+
+/* ---- transfer splitting (pure; unit-tested) ---- */
+/* Effective bytes per work request: max_chunk (0 = no knob) capped by the
+ * device's max_msg_sz (0 = unknown). Never 0. */
+size_t shs__chunk_size(size_t max_chunk, size_t max_msg_sz);
+/* Number of work requests for len bytes (0 for len 0). */
+size_t shs__split_count(size_t len, size_t chunk);
+/* Offset and length of piece i of len bytes. */
+void shs__split_piece(size_t len, size_t chunk, size_t i, size_t *off_p, size_t *len_p);
+/* [off, off+len) inside [0, region_len)? (overflow-safe) */
+bool shs__range_ok(size_t off, size_t len, size_t region_len);
+
+/* ---- parameters (pure; unit-tested) ---- */
+/* Override cfg with the fields of params selected by its field_mask.
+ * sysfs_root (sysfs_root_len bytes) receives the sysfs root to use.
+ * SHS_ERR_CONFIG for a value out of range or a string too long. */
+shs_status_t shs__ctx_params_apply(const shs_ctx_params_t *params, shs__config_t *cfg,
+                                   char *sysfs_root, size_t sysfs_root_len);
+
+/* ---- completion status -> shadowsync status, with a hint (pure) ---- */
+shs_status_t shs__wc_status_to_status(enum ibv_wc_status st);
+const char *shs__wc_status_hint(enum ibv_wc_status st);
+
+/* ---- the objects ---- */
+
+/* wr_id layout: bits 0..15 connection index, bit 16 receive, 17.. sequence. */
+#define SHS__WRID_CONN_BITS 16
+#define SHS__WRID_RECV (1ull << 16)
+#define SHS__WRID_SEQ_SHIFT 17
+
+typedef struct shs__conn {
+    struct ibv_qp *qp;
+    struct rdma_cm_id *cm_id; /* rdmacm mode only */
+    struct shs__peer *peer;
+    int index;                /* in ctx->conns */
+    int qp_slot;              /* 0 .. qps_per_peer-1 */
+    uint32_t psn;
+    bool established;
+    uint64_t sq_posted;       /* work requests posted so far */
+    uint64_t sq_done;         /* work requests known complete (signaled ack) */
+    uint64_t sq_signaled;     /* 1 + seq of the last signaled work request */
+    unsigned unsignaled_run;  /* work requests since the last signaled one */
+} shs__conn_t;
+
+typedef struct shs__peer {
+    int rank;
+    atomic_int failed;        /* 0 up; 1 failed (reason and fail_status valid) */
+    atomic_flag claimed;      /* first failure wins the right to write reason */
+    shs_status_t fail_status; /* what the first flush after the failure returns */
+    bool fail_reported;
+    char reason[SHS__REASON_LEN];
+    char addr[64];            /* the peer's IP (or GID) for messages */
+    shs__conn_t *conns;       /* qps_per_peer */
+    unsigned rr;              /* next connection for round robin */
+    /* received immediates not yet taken; the receive is reposted on take */
+    uint32_t *imm_val;
+    uint16_t *imm_conn;       /* connection slot whose receive it used */
+    unsigned imm_head, imm_tail, imm_mask;
+} shs__peer_t;
+
+typedef struct shs__remote {
+    uint64_t addr;
+    uint64_t len;
+    uint32_t rkey;
+    uint32_t flags;
+} shs__remote_t;
+
+struct shs_region {
+    shs_ctx_t *ctx;
+    void *addr;
+    size_t len;
+    unsigned flags;
+    bool owned;               /* memory from shs_region_alloc, in mem */
+    shs__mem_t mem;
+    struct ibv_mr *mr;
+    shs__remote_t *remote;    /* ctx->size entries, one per rank */
+};
+
+struct shs_ctx {
+    shs__config_t cfg;
+    char sysfs_root[256];
+    int rank;
+    int size;
+    shs__boot_t *boot;
+
+    /* device */
+    struct ibv_context *verbs;
+    bool verbs_owned;         /* opened by us (oob) rather than librdmacm's */
+    struct ibv_device_attr dev_attr;
+    struct ibv_port_attr port_attr;
+    int port;
+    shs__gid_choice_t gid;
+    char dev_name[64];
+    struct ibv_pd *pd;
+    struct ibv_cq *cq;
+    int cq_depth;
+    size_t chunk;
+    int signal_every;
+    int rd_atom;              /* outstanding READs we issue per QP */
+    int rd_resp;              /* READs we accept per QP */
+
+    /* rdmacm mode */
+    struct rdma_event_channel *cm_channel;
+    struct rdma_cm_id *listen_id;
+
+    /* a small region on every rank that flushes write zero bytes into */
+    struct ibv_mr *scratch_mr;
+    void *scratch;
+    shs__remote_t *scratch_remote;
+
+    shs__peer_t *peers;       /* size entries; peers[rank] unused */
+    shs__conn_t **conns;      /* nconns, indexed by shs__conn_t.index */
+    int nconns;
+    int live_regions;
+
+    pthread_t async_thread;
+    bool async_running;
+    int wake_pipe[2];
+    atomic_int device_failed;
+
+    int post_batch;           /* work requests per post: <= sq_depth / 2 */
+    unsigned imm_rr;          /* fairness of SHS_PEER_ANY */
+    struct ibv_wc wc[SHS__WC_BATCH];
+    struct ibv_send_wr wr[SHS__POST_BATCH];
+    struct ibv_sge sge[SHS__POST_BATCH];
+};
+
+/* connection helpers (conn.c) */
+shs_status_t shs__conn_create_qp(shs_ctx_t *ctx, shs__conn_t *conn);
+shs_status_t shs__conn_post_recvs(shs_ctx_t *ctx, shs__conn_t *conn);
+shs_status_t shs__mesh_alloc(shs_ctx_t *ctx);
+void shs__mesh_free(shs_ctx_t *ctx);
+/* The IP address a GID carries (IPv4-mapped or IPv6), for rdma_cm and logs. */
+void shs__gid_to_sockaddr(const uint8_t gid[16], uint16_t port, struct sockaddr_storage *ss);
+void shs__gid_to_string(const uint8_t gid[16], char *buf, size_t len);
+/* Mark peer failed (first caller wins; thread-safe). The reason is logged. */
+void shs__peer_fail(shs__peer_t *peer, shs_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Same, logged at log_level: a peer that closes its connection at the end of
+ * a job is news, not an error, until someone uses the connection. */
+void shs__peer_fail_at(int log_level, shs__peer_t *peer, shs_status_t status,
+                       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static inline bool shs__peer_is_failed(const shs__peer_t *peer)
+{
+    return atomic_load_explicit(&peer->failed, memory_order_acquire) != 0;
+}
+
+/* connection establishment (conn_oob.c, conn_rdmacm.c) */
+shs_status_t shs__connect_oob(shs_ctx_t *ctx);
+shs_status_t shs__connect_rdmacm(shs_ctx_t *ctx);
+void shs__rdmacm_teardown(shs_ctx_t *ctx);
+/* handle one rdma_cm event after setup (async thread) */
+void shs__rdmacm_handle_late_event(shs_ctx_t *ctx, struct rdma_cm_event *ev);
+
+/* device (device.c) */
+shs_status_t shs__device_open(shs_ctx_t *ctx);
+void shs__device_close(shs_ctx_t *ctx);
+shs_status_t shs__cq_create(shs_ctx_t *ctx);
+void shs__cq_destroy(shs_ctx_t *ctx);
+
+/* async events (async.c) */
+shs_status_t shs__async_start(shs_ctx_t *ctx);
+void shs__async_stop(shs_ctx_t *ctx);
+
+/* completions (rma.c) */
+int shs__poll(shs_ctx_t *ctx);
+
+#endif
