@@ -800,7 +800,7 @@ static shs_status_t root_collective(shs__boot_t *b, const coll_t *c, shs__deadli
             return root_fail_all(b, st, r, text);
         }
         uint64_t dlen = get_u64(fixed);
-        int droot = (int)get_u32(fixed + 4);
+        int droot = (int)get_u32(fixed + 8);
         size_t data = h.length - CONTRIB_FIXED;
         size_t want = contrib_len(b, c, r);
 

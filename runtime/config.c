@@ -481,11 +481,9 @@ shs_status_t shs__config_load_from(shs__config_t *cfg,
 
     if ((c.rank < 0 || c.size < 0) && detect_launcher(&c, getenv_fn, verbose) != SHS_OK)
         return SHS_ERR_CONFIG;
-    if ((c.rank < 0) != (c.size < 0)) {
-        SHS_ERROR("rank is %d but size is %d: set both SHS_RANK and SHS_SIZE", c.rank, c.size);
-        return SHS_ERR_CONFIG;
-    }
-    if (c.rank >= c.size) {
+    /* One of rank/size may stay unknown here: a parameter struct can still
+     * supply it, and the context checks the final pair. */
+    if (c.rank >= 0 && c.size >= 0 && c.rank >= c.size) {
         SHS_ERROR("rank %d is not below size %d (SHS_RANK/SHS_SIZE or the launcher)", c.rank,
                   c.size);
         return SHS_ERR_CONFIG;

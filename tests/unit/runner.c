@@ -13,6 +13,10 @@ static const struct {
     Suite *(*make)(void);
 } suites[] = {
     {"status", status_suite},
+    {"log", log_suite},
+    {"config", config_suite},
+    {"bootstrap", bootstrap_suite},
+    {"memory", memory_suite},
 };
 
 int main(int argc, char **argv)

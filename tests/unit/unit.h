@@ -5,5 +5,9 @@
 #include <check.h>
 
 Suite *status_suite(void);
+Suite *log_suite(void);
+Suite *config_suite(void);
+Suite *bootstrap_suite(void);
+Suite *memory_suite(void);
 
 #endif

@@ -1,0 +1,658 @@
+/*
+ * Bootstrap: wire encoding, and real jobs of forked processes on 127.0.0.1.
+ * Each rank runs in its own child and reports through its exit code: 0 for
+ * success, -status for a bootstrap status, BAD_VALUE for wrong data.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/bootstrap.h"
+#include "runtime/clock.h"
+#include "runtime/log.h"
+#include "unit.h"
+
+#define BAD_VALUE 200
+#define TOO_SLOW 201
+#define MAX_PROCS 8
+
+/* ---- wire encoding ---- */
+
+START_TEST(test_hdr_round_trip)
+{
+    shs__boot_hdr_t h = {SHS_BOOT_MAGIC, SHS_BOOT_PROTOCOL_VERSION, 7, 0x01020304u}, d;
+    uint8_t raw[SHS_BOOT_HDR_LEN];
+    const uint8_t want[SHS_BOOT_HDR_LEN] = {'S', 'H', 'S', 'B', 0, SHS_BOOT_PROTOCOL_VERSION,
+                                           0, 7, 1, 2, 3, 4};
+    shs__boot_hdr_encode(&h, raw);
+    ck_assert_mem_eq(raw, want, sizeof(raw));
+    ck_assert_int_eq(shs__boot_hdr_decode(raw, sizeof(raw), 0x01020304u, &d), SHS_OK);
+    ck_assert_uint_eq(d.magic, SHS_BOOT_MAGIC);
+    ck_assert_uint_eq(d.version, SHS_BOOT_PROTOCOL_VERSION);
+    ck_assert_uint_eq(d.type, 7);
+    ck_assert_uint_eq(d.length, 0x01020304u);
+}
+END_TEST
+
+START_TEST(test_hdr_malformed)
+{
+    shs__boot_hdr_t h = {SHS_BOOT_MAGIC, SHS_BOOT_PROTOCOL_VERSION, 4, 100}, d;
+    shs__boot_hdr_t sentinel = {1, 2, 3, 4};
+    uint8_t raw[SHS_BOOT_HDR_LEN];
+
+    shs__boot_hdr_encode(&h, raw);
+    d = sentinel;
+    /* at the limit is fine, one above is not */
+    ck_assert_int_eq(shs__boot_hdr_decode(raw, sizeof(raw), 100, &d), SHS_OK);
+    d = sentinel;
+    ck_assert_int_eq(shs__boot_hdr_decode(raw, sizeof(raw), 99, &d), SHS_ERR_PROTOCOL);
+    ck_assert_uint_eq(d.magic, 1); /* untouched on failure */
+    /* truncated */
+    ck_assert_int_eq(shs__boot_hdr_decode(raw, SHS_BOOT_HDR_LEN - 1, 100, &d), SHS_ERR_PROTOCOL);
+    ck_assert_int_eq(shs__boot_hdr_decode(raw, 0, 100, &d), SHS_ERR_PROTOCOL);
+    ck_assert_int_eq(shs__boot_hdr_decode(NULL, SHS_BOOT_HDR_LEN, 100, &d), SHS_ERR_PROTOCOL);
+    /* bad magic: a flipped bit anywhere in it */
+    for (int bit = 0; bit < 32; bit++) {
+        uint8_t bad[SHS_BOOT_HDR_LEN];
+        memcpy(bad, raw, sizeof(bad));
+        bad[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+        ck_assert_int_eq(shs__boot_hdr_decode(bad, sizeof(bad), 100, &d), SHS_ERR_PROTOCOL);
+    }
+    /* other versions, and a version check that comes before the length's */
+    h.version = SHS_BOOT_PROTOCOL_VERSION + 1;
+    shs__boot_hdr_encode(&h, raw);
+    ck_assert_int_eq(shs__boot_hdr_decode(raw, sizeof(raw), 100, &d), SHS_ERR_VERSION_MISMATCH);
+    h.version = 0;
+    h.length = 0xffffffffu;
+    shs__boot_hdr_encode(&h, raw);
+    ck_assert_int_eq(shs__boot_hdr_decode(raw, sizeof(raw), 100, &d), SHS_ERR_VERSION_MISMATCH);
+    ck_assert_uint_eq(d.magic, 1);
+    /* the largest length the runtime accepts */
+    h.version = SHS_BOOT_PROTOCOL_VERSION;
+    h.length = SHS_BOOT_MAX_MSG + 1;
+    shs__boot_hdr_encode(&h, raw);
+    ck_assert_int_eq(shs__boot_hdr_decode(raw, sizeof(raw), SHS_BOOT_MAX_MSG, &d),
+                     SHS_ERR_PROTOCOL);
+}
+END_TEST
+
+/* ---- multi-process jobs ---- */
+
+typedef struct job {
+    char addr[64];
+    int size;
+    int timeout_ms;
+} job_t;
+
+typedef int (*rank_fn)(const job_t *job, int rank, int proc);
+
+/* A port nobody listens on right now; the kernel hands out distinct ones, so
+ * concurrent test runs do not collide. */
+static int free_port(void)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static void job_init(job_t *job, int size, int timeout_ms)
+{
+    snprintf(job->addr, sizeof(job->addr), "127.0.0.1:%d", free_port());
+    job->size = size;
+    job->timeout_ms = timeout_ms;
+}
+
+static void make_cfg(const job_t *job, int rank, int size, const char *token, shs__config_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->rank = rank;
+    c->size = size;
+    c->bootstrap_timeout_ms = job->timeout_ms;
+    snprintf(c->bootstrap, sizeof(c->bootstrap), "%s", job->addr);
+    snprintf(c->job_token, sizeof(c->job_token), "%s", token);
+}
+
+static int code(shs_status_t st)
+{
+    return st == SHS_OK ? 0 : -(int)st;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Fork nproc children running fn(job, rank_of[i], i); collect exit codes. */
+static void run_procs(const job_t *job, int nproc, const int *rank_of, rank_fn fn, int *codes)
+{
+    pid_t pids[MAX_PROCS];
+    ck_assert_int_le(nproc, MAX_PROCS);
+    for (int i = 0; i < nproc; i++) {
+        pids[i] = fork();
+        ck_assert_int_ge(pids[i], 0);
+        if (pids[i] == 0)
+            _exit(fn(job, rank_of[i], i));
+    }
+    shs__deadline_t dl = shs__deadline_in_ms(30000);
+    int left = nproc;
+    for (int i = 0; i < nproc; i++)
+        codes[i] = -1;
+    while (left > 0 && !shs__deadline_passed(dl)) {
+        for (int i = 0; i < nproc; i++) {
+            int ws;
+            if (codes[i] == -1 && waitpid(pids[i], &ws, WNOHANG) == pids[i]) {
+                codes[i] = WIFEXITED(ws) ? WEXITSTATUS(ws) : 300 + WTERMSIG(ws);
+                left--;
+            }
+        }
+        sleep_ms(5);
+    }
+    for (int i = 0; i < nproc; i++) {
+        if (codes[i] == -1) {
+            kill(pids[i], SIGKILL);
+            waitpid(pids[i], NULL, 0);
+            codes[i] = 999;
+        }
+    }
+}
+
+static void run_job(const job_t *job, rank_fn fn, int *codes)
+{
+    int ranks[MAX_PROCS];
+    for (int i = 0; i < job->size; i++)
+        ranks[i] = i;
+    run_procs(job, job->size, ranks, fn, codes);
+}
+
+static int collectives_rank(const job_t *job, int rank, int proc)
+{
+    shs__config_t c;
+    shs__boot_t *b;
+    make_cfg(job, rank, job->size, "t-collectives", &c);
+    shs_status_t st = shs__boot_create(&c, &b);
+    if (st != SHS_OK)
+        return code(st);
+    int n = job->size;
+    if (shs__boot_rank(b) != rank || shs__boot_size(b) != n)
+        return BAD_VALUE;
+
+    uint64_t mine = (uint64_t)rank * 1000 + 7, all[MAX_PROCS];
+    memset(all, 0xff, sizeof(all));
+    if ((st = shs__boot_allgather(b, &mine, sizeof(mine), all)) != SHS_OK)
+        return code(st);
+    for (int r = 0; r < n; r++)
+        if (all[r] != (uint64_t)r * 1000 + 7)
+            return BAD_VALUE;
+
+    /* in place: this rank's slot is the input */
+    uint32_t inplace[MAX_PROCS] = {0};
+    inplace[rank] = 0xabc00000u + (uint32_t)rank;
+    if ((st = shs__boot_allgather(b, &inplace[rank], sizeof(uint32_t), inplace)) != SHS_OK)
+        return code(st);
+    for (int r = 0; r < n; r++)
+        if (inplace[r] != 0xabc00000u + (uint32_t)r)
+            return BAD_VALUE;
+
+    /* bcast from the last rank and from rank 0 */
+    for (int root = n - 1; root >= 0; root -= (n - 1 > 0 ? n - 1 : 1)) {
+        uint8_t buf[300];
+        for (size_t i = 0; i < sizeof(buf); i++)
+            buf[i] = rank == root ? (uint8_t)(i * 7 + (size_t)root) : 0;
+        if ((st = shs__boot_bcast(b, buf, sizeof(buf), root)) != SHS_OK)
+            return code(st);
+        for (size_t i = 0; i < sizeof(buf); i++)
+            if (buf[i] != (uint8_t)(i * 7 + (size_t)root))
+                return BAD_VALUE;
+        if (root == 0)
+            break;
+    }
+
+    for (int i = 0; i < 3; i++)
+        if ((st = shs__boot_barrier(b)) != SHS_OK)
+            return code(st);
+
+    /* zero bytes, then a large one that cannot go in one socket write */
+    if ((st = shs__boot_allgather(b, NULL, 0, NULL)) != SHS_OK)
+        return code(st);
+    size_t big = (size_t)1 << 20;
+    uint8_t *in = malloc(big), *out = malloc(big * (size_t)n);
+    if (in == NULL || out == NULL)
+        return BAD_VALUE;
+    for (size_t i = 0; i < big; i++)
+        in[i] = (uint8_t)(i ^ (size_t)rank * 31);
+    if ((st = shs__boot_allgather(b, in, big, out)) != SHS_OK)
+        return code(st);
+    for (int r = 0; r < n; r++)
+        for (size_t i = 0; i < big; i += 4099)
+            if (out[(size_t)r * big + i] != (uint8_t)(i ^ (size_t)r * 31))
+                return BAD_VALUE;
+    free(in);
+    free(out);
+    /* a bad root is refused locally */
+    if (shs__boot_bcast(b, &mine, sizeof(mine), n) != SHS_ERR_INVALID_ARG)
+        return BAD_VALUE;
+    shs__boot_destroy(b);
+    return 0;
+}
+
+static void check_collectives(int size)
+{
+    job_t job;
+    int codes[MAX_PROCS];
+    job_init(&job, size, 10000);
+    run_job(&job, collectives_rank, codes);
+    for (int r = 0; r < size; r++)
+        ck_assert_msg(codes[r] == 0, "rank %d of %d exited with %d", r, size, codes[r]);
+}
+
+START_TEST(test_size1_needs_no_socket)
+{
+    job_t job = {"not-an-address", 1, 100};
+    shs__config_t c;
+    shs__boot_t *b;
+    make_cfg(&job, 0, 1, "t", &c);
+    ck_assert_int_eq(shs__boot_create(&c, &b), SHS_OK);
+    uint32_t in = 0xfeedu, out = 0;
+    ck_assert_int_eq(shs__boot_allgather(b, &in, sizeof(in), &out), SHS_OK);
+    ck_assert_uint_eq(out, 0xfeedu);
+    ck_assert_int_eq(shs__boot_bcast(b, &in, sizeof(in), 0), SHS_OK);
+    ck_assert_int_eq(shs__boot_barrier(b), SHS_OK);
+    ck_assert_int_eq(shs__boot_rank(b), 0);
+    ck_assert_int_eq(shs__boot_size(b), 1);
+    shs__boot_destroy(b);
+}
+END_TEST
+
+START_TEST(test_size1_collectives) { check_collectives(1); }
+END_TEST
+START_TEST(test_size2_collectives) { check_collectives(2); }
+END_TEST
+START_TEST(test_size4_collectives) { check_collectives(4); }
+END_TEST
+
+START_TEST(test_create_rejects_bad_config)
+{
+    job_t job = {"127.0.0.1:1", 2, 100};
+    shs__config_t c;
+    shs__boot_t *b = NULL;
+    make_cfg(&job, -1, 2, "t", &c);
+    ck_assert_int_eq(shs__boot_create(&c, &b), SHS_ERR_CONFIG);
+    make_cfg(&job, 2, 2, "t", &c);
+    ck_assert_int_eq(shs__boot_create(&c, &b), SHS_ERR_CONFIG);
+    snprintf(job.addr, sizeof(job.addr), "no-port");
+    make_cfg(&job, 1, 2, "t", &c);
+    ck_assert_int_eq(shs__boot_create(&c, &b), SHS_ERR_CONFIG);
+    ck_assert_ptr_null(b);
+}
+END_TEST
+
+static int size_mismatch_rank(const job_t *job, int rank, int proc)
+{
+    shs__config_t c;
+    shs__boot_t *b;
+    make_cfg(job, rank, job->size, "t", &c);
+    shs_status_t st = shs__boot_create(&c, &b);
+    if (st != SHS_OK)
+        return code(st);
+    uint64_t in[2] = {1, 2}, out[2 * MAX_PROCS];
+    size_t len = rank == 1 ? 16 : 8;
+    st = shs__boot_allgather(b, in, len, out);
+    if (st != SHS_ERR_SIZE_MISMATCH)
+        return st == SHS_OK ? BAD_VALUE : code(st);
+    /* The mismatch is reported, and the job can go on. */
+    st = shs__boot_barrier(b);
+    shs__boot_destroy(b);
+    return code(st);
+}
+
+START_TEST(test_allgather_size_mismatch)
+{
+    job_t job;
+    int codes[MAX_PROCS];
+    job_init(&job, 3, 5000);
+    run_job(&job, size_mismatch_rank, codes);
+    for (int r = 0; r < 3; r++)
+        ck_assert_msg(codes[r] == 0, "rank %d exited with %d", r, codes[r]);
+}
+END_TEST
+
+static int op_mismatch_rank(const job_t *job, int rank, int proc)
+{
+    shs__config_t c;
+    shs__boot_t *b;
+    make_cfg(job, rank, job->size, "t", &c);
+    shs_status_t st = shs__boot_create(&c, &b);
+    if (st != SHS_OK)
+        return code(st);
+    uint32_t v = 5, out[MAX_PROCS];
+    st = rank == 1 ? shs__boot_barrier(b) : shs__boot_allgather(b, &v, sizeof(v), out);
+    shs__boot_destroy(b);
+    return code(st);
+}
+
+START_TEST(test_collective_mismatch)
+{
+    job_t job;
+    int codes[MAX_PROCS];
+    job_init(&job, 2, 5000);
+    run_job(&job, op_mismatch_rank, codes);
+    ck_assert_int_eq(codes[0], -SHS_ERR_PROTOCOL);
+    ck_assert_int_eq(codes[1], -SHS_ERR_PROTOCOL);
+}
+END_TEST
+
+/* proc 0..n-1 are the ranks; rank_of decides who claims what. */
+static const char *token_of_proc[MAX_PROCS];
+static int delay_of_proc[MAX_PROCS];
+static int size_of_proc[MAX_PROCS];
+
+static int admission_rank(const job_t *job, int rank, int proc)
+{
+    shs__config_t c;
+    shs__boot_t *b;
+    sleep_ms(delay_of_proc[proc]);
+    make_cfg(job, rank, size_of_proc[proc] ? size_of_proc[proc] : job->size,
+             token_of_proc[proc] ? token_of_proc[proc] : "right", &c);
+    uint64_t t0 = shs__now_ns();
+    shs_status_t st = shs__boot_create(&c, &b);
+    /* a refusal or a timeout arrives within the deadline plus slack */
+    if ((shs__now_ns() - t0) / 1000000 > (uint64_t)job->timeout_ms + 2000)
+        return TOO_SLOW;
+    if (st != SHS_OK)
+        return code(st);
+    st = shs__boot_barrier(b);
+    shs__boot_destroy(b);
+    return code(st);
+}
+
+static void reset_admission(void)
+{
+    memset(token_of_proc, 0, sizeof(token_of_proc));
+    memset(delay_of_proc, 0, sizeof(delay_of_proc));
+    memset(size_of_proc, 0, sizeof(size_of_proc));
+}
+
+START_TEST(test_wrong_token_refused)
+{
+    job_t job;
+    int codes[2];
+    const int ranks[] = {0, 1};
+    reset_admission();
+    token_of_proc[1] = "another-job";
+    job_init(&job, 2, 1500);
+    run_procs(&job, 2, ranks, admission_rank, codes);
+    ck_assert_int_eq(codes[1], -SHS_ERR_TOKEN_MISMATCH);
+    /* rank 0 never got its rank 1, and says why */
+    ck_assert_int_eq(codes[0], -SHS_ERR_TOKEN_MISMATCH);
+}
+END_TEST
+
+START_TEST(test_impostor_refused_job_completes)
+{
+    job_t job;
+    int codes[4];
+    /* proc 3 claims rank 1 with another job's token and arrives first */
+    const int ranks[] = {0, 1, 2, 1};
+    reset_admission();
+    token_of_proc[3] = "another-job";
+    delay_of_proc[1] = 300;
+    delay_of_proc[2] = 300;
+    job_init(&job, 3, 5000);
+    run_procs(&job, 4, ranks, admission_rank, codes);
+    ck_assert_int_eq(codes[3], -SHS_ERR_TOKEN_MISMATCH);
+    ck_assert_int_eq(codes[0], 0);
+    ck_assert_int_eq(codes[1], 0);
+    ck_assert_int_eq(codes[2], 0);
+}
+END_TEST
+
+START_TEST(test_duplicate_rank_refused)
+{
+    job_t job;
+    int codes[4];
+    /* proc 3 is a second rank 1; rank 2 comes late so rank 0 is still waiting */
+    const int ranks[] = {0, 1, 2, 1};
+    reset_admission();
+    delay_of_proc[3] = 300;
+    delay_of_proc[2] = 1000;
+    job_init(&job, 3, 5000);
+    run_procs(&job, 4, ranks, admission_rank, codes);
+    ck_assert_int_eq(codes[3], -SHS_ERR_CONFIG);
+    ck_assert_int_eq(codes[0], 0);
+    ck_assert_int_eq(codes[1], 0);
+    ck_assert_int_eq(codes[2], 0);
+}
+END_TEST
+
+START_TEST(test_size_disagreement_refused)
+{
+    job_t job;
+    int codes[2];
+    const int ranks[] = {0, 1};
+    reset_admission();
+    size_of_proc[1] = 3;
+    job_init(&job, 2, 1500);
+    run_procs(&job, 2, ranks, admission_rank, codes);
+    ck_assert_int_eq(codes[1], -SHS_ERR_SIZE_MISMATCH);
+    ck_assert_int_eq(codes[0], -SHS_ERR_SIZE_MISMATCH);
+}
+END_TEST
+
+START_TEST(test_missing_rank_times_out)
+{
+    job_t job;
+    int codes[2];
+    const int ranks[] = {0, 1}; /* rank 2 of 3 never starts */
+    reset_admission();
+    job_init(&job, 3, 700);
+    uint64_t t0 = shs__now_ns();
+    run_procs(&job, 2, ranks, admission_rank, codes);
+    ck_assert_int_eq(codes[0], -SHS_ERR_TIMEOUT);
+    ck_assert_int_eq(codes[1], -SHS_ERR_TIMEOUT);
+    ck_assert_uint_lt((shs__now_ns() - t0) / 1000000, 3000);
+}
+END_TEST
+
+START_TEST(test_missing_root_times_out)
+{
+    job_t job;
+    int codes[1];
+    const int ranks[] = {1};
+    reset_admission();
+    job_init(&job, 2, 500);
+    run_procs(&job, 1, ranks, admission_rank, codes);
+    ck_assert_int_eq(codes[0], -SHS_ERR_TIMEOUT);
+}
+END_TEST
+
+/* Rank `quitter` leaves after the first barrier; the others start a collective. */
+static int quitter;
+
+static int peer_exit_rank(const job_t *job, int rank, int proc)
+{
+    shs__config_t c;
+    shs__boot_t *b;
+    make_cfg(job, rank, job->size, "t", &c);
+    shs_status_t st = shs__boot_create(&c, &b);
+    if (st == SHS_OK)
+        st = shs__boot_barrier(b);
+    if (st != SHS_OK)
+        return code(st);
+    if (rank == quitter)
+        _exit(0);
+    uint64_t t0 = shs__now_ns();
+    uint32_t v = 1, out[MAX_PROCS];
+    st = shs__boot_allgather(b, &v, sizeof(v), out);
+    if ((shs__now_ns() - t0) / 1000000 > 1000)
+        return TOO_SLOW; /* a dead peer is noticed at once, not at the deadline */
+    if (st != SHS_ERR_PEER_FAILED)
+        return st == SHS_OK ? BAD_VALUE : code(st);
+    /* poisoned: the same answer again, without waiting */
+    st = shs__boot_barrier(b);
+    shs__boot_destroy(b);
+    return code(st);
+}
+
+START_TEST(test_peer_exit_mid_collective)
+{
+    job_t job;
+    int codes[3];
+    quitter = 2;
+    job_init(&job, 3, 8000);
+    run_job(&job, peer_exit_rank, codes);
+    ck_assert_int_eq(codes[2], 0);
+    ck_assert_int_eq(codes[0], -SHS_ERR_PEER_FAILED);
+    ck_assert_int_eq(codes[1], -SHS_ERR_PEER_FAILED);
+}
+END_TEST
+
+START_TEST(test_root_exit_mid_collective)
+{
+    job_t job;
+    int codes[3];
+    quitter = 0;
+    job_init(&job, 3, 8000);
+    run_job(&job, peer_exit_rank, codes);
+    ck_assert_int_eq(codes[0], 0);
+    ck_assert_int_eq(codes[1], -SHS_ERR_PEER_FAILED);
+    ck_assert_int_eq(codes[2], -SHS_ERR_PEER_FAILED);
+}
+END_TEST
+
+static int lone_root(const job_t *job, int rank, int proc)
+{
+    shs__config_t c;
+    shs__boot_t *b;
+    make_cfg(job, 0, job->size, "t", &c);
+    return code(shs__boot_create(&c, &b));
+}
+
+static int connect_retry(const char *addr_port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    sa.sin_port = htons((uint16_t)atoi(strchr(addr_port, ':') + 1));
+    for (int i = 0; i < 200; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+            return fd;
+        close(fd);
+        sleep_ms(10);
+    }
+    return -1;
+}
+
+/* A raw client speaks to a live rank 0 and reads its error frame back. */
+static void raw_hello(const uint8_t *msg, size_t len, shs_status_t want)
+{
+    job_t job;
+    int codes[1];
+    const int ranks[] = {0};
+    job_init(&job, 2, 1500);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int fd = connect_retry(job.addr);
+        if (fd < 0)
+            _exit(1);
+        if (write(fd, msg, len) != (ssize_t)len)
+            _exit(2);
+        uint8_t reply[SHS_BOOT_HDR_LEN + 8];
+        size_t got = 0;
+        while (got < sizeof(reply)) {
+            ssize_t n = read(fd, reply + got, sizeof(reply) - got);
+            if (n <= 0)
+                _exit(3);
+            got += (size_t)n;
+        }
+        shs__boot_hdr_t h;
+        if (shs__boot_hdr_decode(reply, sizeof(reply), 512, &h) != SHS_OK || h.type != 3)
+            _exit(4);
+        int32_t st = (int32_t)ntohl(*(uint32_t *)(reply + SHS_BOOT_HDR_LEN));
+        _exit(st == want ? 0 : 5);
+    }
+    run_procs(&job, 1, ranks, lone_root, codes);
+    int ws;
+    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "raw client failed (%d)",
+                  WEXITSTATUS(ws));
+    ck_assert_int_eq(codes[0], -want);
+}
+
+START_TEST(test_other_version_refused_on_the_wire)
+{
+    shs__boot_hdr_t h = {SHS_BOOT_MAGIC, SHS_BOOT_PROTOCOL_VERSION + 1, 1, 0};
+    uint8_t raw[SHS_BOOT_HDR_LEN];
+    shs__boot_hdr_encode(&h, raw);
+    raw_hello(raw, sizeof(raw), SHS_ERR_VERSION_MISMATCH);
+}
+END_TEST
+
+START_TEST(test_garbage_refused_on_the_wire)
+{
+    const char http[] = "GET / HTTP/1.0\r\n\r\n";
+    raw_hello((const uint8_t *)http, sizeof(http) - 1, SHS_ERR_PROTOCOL);
+}
+END_TEST
+
+START_TEST(test_oversized_hello_refused)
+{
+    shs__boot_hdr_t h = {SHS_BOOT_MAGIC, SHS_BOOT_PROTOCOL_VERSION, 1, 1u << 20};
+    uint8_t raw[SHS_BOOT_HDR_LEN];
+    shs__boot_hdr_encode(&h, raw);
+    raw_hello(raw, sizeof(raw), SHS_ERR_PROTOCOL);
+}
+END_TEST
+
+static void quiet(void)
+{
+    /* Refusals and timeouts are the point of these tests; keep their logs
+     * from drowning the summary, but let real failures show. */
+    shs__log_set_level(getenv("SHS_TEST_VERBOSE") != NULL ? SHS_LOG_LVL_DEBUG : SHS_LOG_LVL_ERROR);
+}
+
+Suite *bootstrap_suite(void)
+{
+    Suite *s = suite_create("bootstrap");
+    TCase *wire = tcase_create("wire");
+    tcase_add_test(wire, test_hdr_round_trip);
+    tcase_add_test(wire, test_hdr_malformed);
+    suite_add_tcase(s, wire);
+
+    TCase *jobs = tcase_create("jobs");
+    tcase_add_checked_fixture(jobs, quiet, NULL);
+    tcase_set_timeout(jobs, 40);
+    tcase_add_test(jobs, test_size1_needs_no_socket);
+    tcase_add_test(jobs, test_size1_collectives);
+    tcase_add_test(jobs, test_size2_collectives);
+    tcase_add_test(jobs, test_size4_collectives);
+    tcase_add_test(jobs, test_create_rejects_bad_config);
+    tcase_add_test(jobs, test_allgather_size_mismatch);
+    tcase_add_test(jobs, test_collective_mismatch);
+    tcase_add_test(jobs, test_wrong_token_refused);
+    tcase_add_test(jobs, test_impostor_refused_job_completes);
+    tcase_add_test(jobs, test_duplicate_rank_refused);
+    tcase_add_test(jobs, test_size_disagreement_refused);
+    tcase_add_test(jobs, test_missing_rank_times_out);
+    tcase_add_test(jobs, test_missing_root_times_out);
+    tcase_add_test(jobs, test_peer_exit_mid_collective);
+    tcase_add_test(jobs, test_root_exit_mid_collective);
+    tcase_add_test(jobs, test_other_version_refused_on_the_wire);
+    tcase_add_test(jobs, test_garbage_refused_on_the_wire);
+    tcase_add_test(jobs, test_oversized_hello_refused);
+    suite_add_tcase(s, jobs);
+    return s;
+}

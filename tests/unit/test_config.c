@@ -1,0 +1,433 @@
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/config.h"
+#include "runtime/log.h"
+#include "unit.h"
+
+/* A fake environment: NULL-terminated name, value pairs. */
+static const char *const *fake_env;
+
+static const char *fake_getenv(const char *name)
+{
+    for (const char *const *e = fake_env; e != NULL && e[0] != NULL; e += 2)
+        if (strcmp(e[0], name) == 0)
+            return e[1];
+    return NULL;
+}
+
+static shs_status_t load(shs__config_t *cfg, const char *const *env)
+{
+    fake_env = env;
+    return shs__config_load_from(cfg, fake_getenv);
+}
+
+static FILE *capture;
+
+static void setup(void)
+{
+    capture = tmpfile();
+    ck_assert_ptr_nonnull(capture);
+    shs__log_set_stream(capture);
+    shs__log_set_level(SHS_LOG_LVL_WARN);
+}
+
+static void teardown(void)
+{
+    shs__log_set_stream(NULL);
+    fclose(capture);
+}
+
+static const char *captured(void)
+{
+    static char buf[16384];
+    fflush(capture);
+    rewind(capture);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, capture);
+    buf[n] = '\0';
+    return buf;
+}
+
+START_TEST(test_defaults)
+{
+    shs__config_t c;
+    const char *const env[] = {NULL};
+    ck_assert_int_eq(load(&c, env), SHS_OK);
+    ck_assert_int_eq(c.log_level, SHS_LOG_LVL_WARN);
+    ck_assert_int_eq(c.rank, -1);
+    ck_assert_int_eq(c.size, -1);
+    ck_assert_str_eq(c.bootstrap, "127.0.0.1:18520");
+    ck_assert_str_eq(c.job_token, "default");
+    ck_assert_int_eq(c.bootstrap_timeout_ms, 60000);
+    ck_assert_str_eq(c.device, "");
+    ck_assert_int_eq(c.ib_port, 0);
+    ck_assert_int_eq(c.gid_index, -1);
+    ck_assert_int_eq(c.connect_mode, SHS_CONNECT_RDMACM);
+    ck_assert_int_eq(c.qps_per_peer, 1);
+    ck_assert_int_eq(c.connect_timeout_ms, 15000);
+    ck_assert_int_eq(c.qp_timeout, 14);
+    ck_assert_int_eq(c.qp_retry_cnt, 7);
+    ck_assert_int_eq(c.qp_rnr_retry, 6);
+    ck_assert_int_eq(c.sq_depth, 256);
+    ck_assert_int_eq(c.rq_depth, 256);
+    ck_assert_int_eq(c.signal_every, 16);
+    ck_assert_uint_eq(c.max_chunk, 0);
+    ck_assert_int_eq(c.op_timeout_ms, 10000);
+    ck_assert_int_eq(c.hugepages, SHS_TRI_AUTO);
+    ck_assert_str_eq(captured(), "");
+}
+END_TEST
+
+/* Every knob set to a value other than its default, all at once. */
+static const char *const every_knob[] = {
+    "SHS_LOG", "error",
+    "SHS_RANK", "5",
+    "SHS_SIZE", "9",
+    "SHS_BOOTSTRAP", "[fe80::2]:4242",
+    "SHS_JOB_TOKEN", "job-77",
+    "SHS_BOOTSTRAP_TIMEOUT_MS", "1234",
+    "SHS_DEVICE", "mlx5_1",
+    "SHS_IB_PORT", "2",
+    "SHS_GID_INDEX", "3",
+    "SHS_CONNECT", "OOB",
+    "SHS_QPS_PER_PEER", "4",
+    "SHS_CONNECT_TIMEOUT_MS", "2500",
+    "SHS_QP_TIMEOUT", "18",
+    "SHS_QP_RETRY", "3",
+    "SHS_QP_RNR_RETRY", "0",
+    "SHS_SQ_DEPTH", "1024",
+    "SHS_RQ_DEPTH", "64",
+    "SHS_SIGNAL_EVERY", "1024",
+    "SHS_MAX_CHUNK", "64k",
+    "SHS_OP_TIMEOUT_MS", "77",
+    "SHS_HUGEPAGES", "on",
+    NULL,
+};
+
+START_TEST(test_every_knob_parses)
+{
+    shs__config_t c;
+    ck_assert_int_eq(load(&c, every_knob), SHS_OK);
+    ck_assert_int_eq(c.log_level, SHS_LOG_LVL_ERROR);
+    ck_assert_int_eq(c.rank, 5);
+    ck_assert_int_eq(c.size, 9);
+    ck_assert_str_eq(c.bootstrap, "[fe80::2]:4242");
+    ck_assert_str_eq(c.job_token, "job-77");
+    ck_assert_int_eq(c.bootstrap_timeout_ms, 1234);
+    ck_assert_str_eq(c.device, "mlx5_1");
+    ck_assert_int_eq(c.ib_port, 2);
+    ck_assert_int_eq(c.gid_index, 3);
+    ck_assert_int_eq(c.connect_mode, SHS_CONNECT_OOB);
+    ck_assert_int_eq(c.qps_per_peer, 4);
+    ck_assert_int_eq(c.connect_timeout_ms, 2500);
+    ck_assert_int_eq(c.qp_timeout, 18);
+    ck_assert_int_eq(c.qp_retry_cnt, 3);
+    ck_assert_int_eq(c.qp_rnr_retry, 0);
+    ck_assert_int_eq(c.sq_depth, 1024);
+    ck_assert_int_eq(c.rq_depth, 64);
+    ck_assert_int_eq(c.signal_every, 1024);
+    ck_assert_uint_eq(c.max_chunk, 65536);
+    ck_assert_int_eq(c.op_timeout_ms, 77);
+    ck_assert_int_eq(c.hugepages, SHS_TRI_ON);
+}
+END_TEST
+
+/* A knob added to the table without a line above fails here. */
+START_TEST(test_every_table_entry_is_covered)
+{
+    size_t n = shs__config_knob_count();
+    size_t listed = 0;
+    for (const char *const *e = every_knob; e[0] != NULL; e += 2)
+        listed++;
+    ck_assert_uint_eq(n, listed);
+    for (size_t i = 0; i < n; i++) {
+        fake_env = every_knob;
+        const char *name = shs__config_knob_name(i);
+        ck_assert_msg(fake_getenv(name) != NULL, "knob %s has no test value", name);
+        ck_assert_str_ne(fake_getenv(name), shs__config_knob_default(i));
+        ck_assert_int_eq(shs__config_knob_index_n(name, strlen(name)), (int)i);
+    }
+    ck_assert_ptr_null(shs__config_knob_name(n));
+    ck_assert_int_eq(shs__config_knob_index_n("SHS_QP_TIMEOUTX", 15), -1);
+    ck_assert_int_eq(shs__config_knob_index_n("SHS_QP_TIMEOUT", 13), -1);
+}
+END_TEST
+
+START_TEST(test_sizes_and_words)
+{
+    shs__config_t c;
+    const char *const env1[] = {"SHS_MAX_CHUNK", "8M", "SHS_HUGEPAGES", "0",
+                                "SHS_LOG", "4", "SHS_GID_INDEX", "auto", NULL};
+    ck_assert_int_eq(load(&c, env1), SHS_OK);
+    ck_assert_uint_eq(c.max_chunk, 8u << 20);
+    ck_assert_int_eq(c.hugepages, SHS_TRI_OFF);
+    ck_assert_int_eq(c.log_level, SHS_LOG_LVL_TRACE);
+    ck_assert_int_eq(c.gid_index, -1);
+    const char *const env2[] = {"SHS_MAX_CHUNK", "2g", "SHS_CONNECT", "rdmacm", NULL};
+    ck_assert_int_eq(load(&c, env2), SHS_OK);
+    ck_assert_uint_eq(c.max_chunk, 1ull << 31);
+    ck_assert_int_eq(c.connect_mode, SHS_CONNECT_RDMACM);
+}
+END_TEST
+
+static const char *const bad_values[][2] = {
+    {"SHS_QP_TIMEOUT", "abc"},
+    {"SHS_QP_TIMEOUT", "0"},
+    {"SHS_QP_TIMEOUT", "32"},
+    {"SHS_QP_TIMEOUT", "14x"},
+    {"SHS_QP_TIMEOUT", " 14"},
+    {"SHS_QP_TIMEOUT", "+14"},
+    {"SHS_QP_TIMEOUT", ""},
+    {"SHS_QP_RETRY", "8"},
+    {"SHS_QP_RNR_RETRY", "7"},
+    {"SHS_RANK", "-1"},
+    {"SHS_SIZE", "0"},
+    {"SHS_IB_PORT", "99999999999999999999"},
+    {"SHS_CONNECT", "tcp"},
+    {"SHS_HUGEPAGES", "maybe"},
+    {"SHS_LOG", "loud"},
+    {"SHS_MAX_CHUNK", "1T"},
+    {"SHS_MAX_CHUNK", "3g"},
+    {"SHS_MAX_CHUNK", "-1"},
+    {"SHS_MAX_CHUNK", "k"},
+    {"SHS_BOOTSTRAP", "host"},
+    {"SHS_BOOTSTRAP", "host:0"},
+    {"SHS_BOOTSTRAP", "host:70000"},
+    {"SHS_BOOTSTRAP", "::1:5"},
+    {"SHS_BOOTSTRAP", "[::1]5"},
+    {"SHS_BOOTSTRAP", ":80"},
+    {"SHS_BOOTSTRAP", "host:8o"},
+    {"SHS_JOB_TOKEN", "a b"},
+    {"SHS_JOB_TOKEN", ""},
+    {"SHS_DEVICE", "a-device-name-that-is-far-longer-than-the-sixty-four-bytes-it-may-use"},
+    {"SHS_OP_TIMEOUT_MS", "0"},
+};
+
+START_TEST(test_bad_value_rejected_and_named)
+{
+    const char *name = bad_values[_i][0], *value = bad_values[_i][1];
+    const char *const env[] = {name, value, NULL};
+    shs__config_t c;
+    memset(&c, 0x5a, sizeof(c));
+    ck_assert_int_eq(load(&c, env), SHS_ERR_CONFIG);
+    /* Written only on success. */
+    ck_assert_int_eq(c.rank, 0x5a5a5a5a);
+    const char *out = captured();
+    char want[160];
+    snprintf(want, sizeof(want), "invalid %s=\"%s\"", name, value);
+    ck_assert_msg(strstr(out, want) != NULL, "log \"%s\" lacks \"%s\"", out, want);
+}
+END_TEST
+
+START_TEST(test_every_bad_knob_reported)
+{
+    const char *const env[] = {"SHS_QP_TIMEOUT", "x", "SHS_SQ_DEPTH", "y", NULL};
+    shs__config_t c;
+    ck_assert_int_eq(load(&c, env), SHS_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(captured(), "SHS_QP_TIMEOUT"));
+    ck_assert_ptr_nonnull(strstr(captured(), "SHS_SQ_DEPTH"));
+}
+END_TEST
+
+START_TEST(test_cross_field_checks)
+{
+    shs__config_t c;
+    const char *const env1[] = {"SHS_SIGNAL_EVERY", "512", NULL};
+    ck_assert_int_eq(load(&c, env1), SHS_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(captured(), "SHS_SIGNAL_EVERY=512 exceeds SHS_SQ_DEPTH=256"));
+    const char *const env2[] = {"SHS_RANK", "4", "SHS_SIZE", "4", NULL};
+    ck_assert_int_eq(load(&c, env2), SHS_ERR_CONFIG);
+    /* One of the pair may stay unknown for a parameter struct to fill. */
+    const char *const env3[] = {"SHS_RANK", "4", NULL};
+    ck_assert_int_eq(load(&c, env3), SHS_OK);
+    ck_assert_int_eq(c.rank, 4);
+    ck_assert_int_eq(c.size, -1);
+}
+END_TEST
+
+static const struct {
+    const char *env[16];
+    int rank, size;
+} launcher_cases[] = {
+    {{"OMPI_COMM_WORLD_RANK", "3", "OMPI_COMM_WORLD_SIZE", "8", NULL}, 3, 8},
+    {{"PMI_RANK", "1", "PMI_SIZE", "2", NULL}, 1, 2},
+    {{"PMIX_RANK", "6", "PMIX_SIZE", "7", NULL}, 6, 7},
+    /* srun --mpi=pmix: size from Slurm, which agrees on the rank */
+    {{"PMIX_RANK", "2", "SLURM_PROCID", "2", "SLURM_NTASKS", "16", NULL}, 2, 16},
+    /* PMIx rank with an unrelated Slurm rank: size stays unknown */
+    {{"PMIX_RANK", "2", "SLURM_PROCID", "0", "SLURM_NTASKS", "4", NULL}, 2, -1},
+    {{"SLURM_PROCID", "11", "SLURM_NTASKS", "12", NULL}, 11, 12},
+    {{"RANK", "4", "WORLD_SIZE", "5", NULL}, 4, 5},
+    /* mpirun inside a Slurm allocation: SLURM_PROCID numbers the daemons */
+    {{"SLURM_PROCID", "0", "SLURM_NTASKS", "2", "OMPI_COMM_WORLD_RANK", "5",
+      "OMPI_COMM_WORLD_SIZE", "6", NULL}, 5, 6},
+    /* torchrun under srun: RANK counts workers, SLURM_PROCID nodes */
+    {{"SLURM_PROCID", "1", "SLURM_NTASKS", "2", "RANK", "9", "WORLD_SIZE", "16",
+      "TORCHELASTIC_RUN_ID", "abc", NULL}, 9, 16},
+    /* without torchrun's marker, a stray RANK loses to Slurm */
+    {{"SLURM_PROCID", "1", "SLURM_NTASKS", "2", "RANK", "9", "WORLD_SIZE", "16", NULL}, 1, 2},
+    /* SHS_* wins over the launcher */
+    {{"SHS_RANK", "2", "SHS_SIZE", "8", "OMPI_COMM_WORLD_RANK", "5", "OMPI_COMM_WORLD_SIZE",
+      "16", NULL}, 2, 8},
+    /* and each one separately */
+    {{"SHS_SIZE", "32", "OMPI_COMM_WORLD_RANK", "5", "OMPI_COMM_WORLD_SIZE", "16", NULL}, 5, 32},
+    {{"SHS_RANK", "auto", "OMPI_COMM_WORLD_RANK", "5", "OMPI_COMM_WORLD_SIZE", "16", NULL}, 5, 16},
+    /* an empty variable counts as unset */
+    {{"OMPI_COMM_WORLD_RANK", "", "PMI_RANK", "0", "PMI_SIZE", "3", NULL}, 0, 3},
+};
+
+START_TEST(test_launcher_detection)
+{
+    shs__config_t c;
+    ck_assert_int_eq(load(&c, launcher_cases[_i].env), SHS_OK);
+    ck_assert_int_eq(c.rank, launcher_cases[_i].rank);
+    ck_assert_int_eq(c.size, launcher_cases[_i].size);
+}
+END_TEST
+
+START_TEST(test_launcher_bad_values)
+{
+    shs__config_t c;
+    const char *const env1[] = {"OMPI_COMM_WORLD_RANK", "x", "OMPI_COMM_WORLD_SIZE", "2", NULL};
+    ck_assert_int_eq(load(&c, env1), SHS_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(captured(), "OMPI_COMM_WORLD_RANK=\"x\""));
+    const char *const env2[] = {"SLURM_PROCID", "3", "SLURM_NTASKS", "3", NULL};
+    ck_assert_int_eq(load(&c, env2), SHS_ERR_CONFIG);
+}
+END_TEST
+
+START_TEST(test_bootstrap_address)
+{
+    shs__config_t c;
+    const char *const env1[] = {"MASTER_ADDR", "node7", "MASTER_PORT", "29500", NULL};
+    ck_assert_int_eq(load(&c, env1), SHS_OK);
+    ck_assert_str_eq(c.bootstrap, "node7:29501");
+    const char *const env2[] = {"MASTER_ADDR", "10.0.0.4", NULL};
+    ck_assert_int_eq(load(&c, env2), SHS_OK);
+    ck_assert_str_eq(c.bootstrap, "10.0.0.4:18520");
+    const char *const env3[] = {"MASTER_ADDR", "fe80::1", "MASTER_PORT", "1000", NULL};
+    ck_assert_int_eq(load(&c, env3), SHS_OK);
+    ck_assert_str_eq(c.bootstrap, "[fe80::1]:1001");
+    const char *const env4[] = {"SHS_BOOTSTRAP", "head:5000", "MASTER_ADDR", "node7", NULL};
+    ck_assert_int_eq(load(&c, env4), SHS_OK);
+    ck_assert_str_eq(c.bootstrap, "head:5000");
+    const char *const env5[] = {"MASTER_ADDR", "node7", "MASTER_PORT", "65535", NULL};
+    ck_assert_int_eq(load(&c, env5), SHS_ERR_CONFIG);
+    const char *const env6[] = {"MASTER_ADDR", "node7", "MASTER_PORT", "http", NULL};
+    ck_assert_int_eq(load(&c, env6), SHS_ERR_CONFIG);
+}
+END_TEST
+
+START_TEST(test_job_token)
+{
+    shs__config_t c;
+    const char *const env1[] = {"SLURM_JOB_ID", "123", "SLURM_STEP_ID", "4", NULL};
+    ck_assert_int_eq(load(&c, env1), SHS_OK);
+    ck_assert_str_eq(c.job_token, "slurm-123.4");
+    const char *const env2[] = {"OMPI_MCA_ess_base_jobid", "4711", NULL};
+    ck_assert_int_eq(load(&c, env2), SHS_OK);
+    ck_assert_str_eq(c.job_token, "ompi-4711");
+    const char *const env3[] = {"OMPI_MCA_orte_ess_jobid", "99", NULL};
+    ck_assert_int_eq(load(&c, env3), SHS_OK);
+    ck_assert_str_eq(c.job_token, "ompi-99");
+    const char *const env4[] = {"PMIX_NAMESPACE", "prterun-host-1@1", NULL};
+    ck_assert_int_eq(load(&c, env4), SHS_OK);
+    ck_assert_str_eq(c.job_token, "pmix-prterun-host-1@1");
+    const char *const env5[] = {"SHS_JOB_TOKEN", "mine", "SLURM_JOB_ID", "123", NULL};
+    ck_assert_int_eq(load(&c, env5), SHS_OK);
+    ck_assert_str_eq(c.job_token, "mine");
+    const char *const env6[] = {"TORCHELASTIC_RUN_ID", "none", NULL};
+    ck_assert_int_eq(load(&c, env6), SHS_OK);
+    ck_assert_str_eq(c.job_token, "default");
+    const char *const env7[] = {"PMIX_NAMESPACE", "a b", NULL};
+    ck_assert_int_eq(load(&c, env7), SHS_OK);
+    ck_assert_str_eq(c.job_token, "pmix-a_b");
+}
+END_TEST
+
+START_TEST(test_info_prints_changed_knobs_only)
+{
+    shs__config_t c;
+    const char *const env[] = {"SHS_LOG", "info", "SHS_QP_TIMEOUT", "16", "SHS_QP_RETRY", "7",
+                               "OMPI_COMM_WORLD_RANK", "1", "OMPI_COMM_WORLD_SIZE", "2", NULL};
+    ck_assert_int_eq(load(&c, env), SHS_OK);
+    const char *out = captured();
+    ck_assert_ptr_nonnull(strstr(out, "info: SHS_QP_TIMEOUT=16 (default 14)\n"));
+    ck_assert_ptr_nonnull(strstr(out, "info: SHS_LOG=info (default warn)\n"));
+    ck_assert_ptr_null(strstr(out, "SHS_QP_RETRY"));
+    ck_assert_ptr_nonnull(strstr(out, "launcher open mpi"));
+}
+END_TEST
+
+START_TEST(test_silent_at_warn)
+{
+    shs__config_t c;
+    const char *const env[] = {"SHS_QP_TIMEOUT", "16", NULL};
+    ck_assert_int_eq(load(&c, env), SHS_OK);
+    ck_assert_str_eq(captured(), "");
+}
+END_TEST
+
+START_TEST(test_print_table)
+{
+    FILE *f = tmpfile();
+    char buf[8192];
+    shs__config_print_table(f);
+    rewind(f);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    size_t lines = 0;
+    for (size_t i = 0; i < n; i++)
+        lines += buf[i] == '\n';
+    ck_assert_uint_eq(lines, shs__config_knob_count() + 2);
+    ck_assert_int_eq(strncmp(buf, "| knob | default | meaning |\n| --- | --- | --- |\n", 48), 0);
+    ck_assert_ptr_nonnull(strstr(buf, "\n| `SHS_QP_RNR_RETRY` | `6` | "));
+    ck_assert_ptr_nonnull(strstr(buf, "\n| `SHS_DEVICE` | `\"\"` | "));
+}
+END_TEST
+
+START_TEST(test_hostport_split)
+{
+    char h[64], p[8];
+    ck_assert_int_eq(shs__hostport_split("node1:18520", h, sizeof(h), p, sizeof(p)), SHS_OK);
+    ck_assert_str_eq(h, "node1");
+    ck_assert_str_eq(p, "18520");
+    ck_assert_int_eq(shs__hostport_split("[::1]:7", h, sizeof(h), p, sizeof(p)), SHS_OK);
+    ck_assert_str_eq(h, "::1");
+    ck_assert_str_eq(p, "7");
+    ck_assert_int_eq(shs__hostport_split("h:65536", h, sizeof(h), p, sizeof(p)),
+                     SHS_ERR_INVALID_ARG);
+    ck_assert_int_eq(shs__hostport_split("h:", h, sizeof(h), p, sizeof(p)), SHS_ERR_INVALID_ARG);
+    ck_assert_int_eq(shs__hostport_split("[]:1", h, sizeof(h), p, sizeof(p)),
+                     SHS_ERR_INVALID_ARG);
+    ck_assert_int_eq(shs__hostport_split("abcdef:1", h, 4, p, sizeof(p)), SHS_ERR_INVALID_ARG);
+    ck_assert_int_eq(shs__hostport_split(NULL, h, sizeof(h), p, sizeof(p)), SHS_ERR_INVALID_ARG);
+}
+END_TEST
+
+Suite *config_suite(void)
+{
+    Suite *s = suite_create("config");
+    TCase *tc = tcase_create("core");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_defaults);
+    tcase_add_test(tc, test_every_knob_parses);
+    tcase_add_test(tc, test_every_table_entry_is_covered);
+    tcase_add_test(tc, test_sizes_and_words);
+    tcase_add_loop_test(tc, test_bad_value_rejected_and_named, 0,
+                        (int)(sizeof(bad_values) / sizeof(bad_values[0])));
+    tcase_add_test(tc, test_every_bad_knob_reported);
+    tcase_add_test(tc, test_cross_field_checks);
+    tcase_add_loop_test(tc, test_launcher_detection, 0,
+                        (int)(sizeof(launcher_cases) / sizeof(launcher_cases[0])));
+    tcase_add_test(tc, test_launcher_bad_values);
+    tcase_add_test(tc, test_bootstrap_address);
+    tcase_add_test(tc, test_job_token);
+    tcase_add_test(tc, test_info_prints_changed_knobs_only);
+    tcase_add_test(tc, test_silent_at_warn);
+    tcase_add_test(tc, test_print_table);
+    tcase_add_test(tc, test_hostport_split);
+    suite_add_tcase(s, tc);
+    return s;
+}
