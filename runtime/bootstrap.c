@@ -182,7 +182,8 @@ static shs_status_t send_frame(int fd, uint16_t type, const void *fixed, size_t 
                          (uint32_t)(fixed_len + data_len)};
 
     shs__boot_hdr_encode(&h, head);
-    memcpy(head + SHS_BOOT_HDR_LEN, fixed, fixed_len);
+    if (fixed_len > 0)
+        memcpy(head + SHS_BOOT_HDR_LEN, fixed, fixed_len);
     shs_status_t st = io_full(fd, head, SHS_BOOT_HDR_LEN + fixed_len, true, dl, peer, what);
     if (st == SHS_OK && data_len > 0)
         st = io_full(fd, (void *)(uintptr_t)data, data_len, true, dl, peer, what);
@@ -832,6 +833,9 @@ static shs_status_t root_collective(shs__boot_t *b, const coll_t *c, shs__deadli
         SHS_ERROR("%s", text);
         for (int r = 1; r < b->size; r++)
             send_error_nowait(b->peer_fd[r], bad, culprit, text);
+        /* The other ranks poison on anything but a size mismatch; so does rank 0. */
+        if (bad != SHS_ERR_SIZE_MISMATCH)
+            b->poisoned = bad;
         return bad;
     }
     for (int r = 1; r < b->size; r++) {

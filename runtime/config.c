@@ -406,8 +406,7 @@ static shs_status_t resolve_bootstrap(shs__config_t *cfg,
     return SHS_OK;
 }
 
-static void resolve_token(shs__config_t *cfg, const char *(*getenv_fn)(const char *),
-                          bool verbose)
+static void resolve_token(shs__config_t *cfg, const char *(*getenv_fn)(const char *))
 {
     if (strcmp(cfg->job_token, "auto") != 0)
         return;
@@ -433,7 +432,7 @@ static void resolve_token(shs__config_t *cfg, const char *(*getenv_fn)(const cha
         from = "TORCHELASTIC_RUN_ID";
     } else {
         snprintf(cfg->job_token, cap, "default");
-        if (verbose || shs__log_level() >= SHS_LOG_LVL_DEBUG)
+        if (cfg->log_level >= SHS_LOG_LVL_DEBUG)
             shs__log(SHS_LOG_LVL_DEBUG, __FILE__, __LINE__,
                      "no SHS_JOB_TOKEN and no launcher job id: using token \"default\", "
                      "which does not tell two jobs on one bootstrap address apart");
@@ -444,7 +443,7 @@ static void resolve_token(shs__config_t *cfg, const char *(*getenv_fn)(const cha
     for (char *p = cfg->job_token; *p != '\0'; p++)
         if (!isgraph((unsigned char)*p))
             *p = '_';
-    if (verbose)
+    if (cfg->log_level >= SHS_LOG_LVL_INFO)
         shs__log(SHS_LOG_LVL_INFO, __FILE__, __LINE__, "job token \"%s\" from %s",
                  cfg->job_token, from);
 }
@@ -496,7 +495,7 @@ shs_status_t shs__config_load_from(shs__config_t *cfg,
     st = resolve_bootstrap(&c, getenv_fn, verbose);
     if (st != SHS_OK)
         return st;
-    resolve_token(&c, getenv_fn, verbose);
+    resolve_token(&c, getenv_fn);
     *cfg = c;
     return SHS_OK;
 }
@@ -508,15 +507,48 @@ static const char *real_getenv(const char *name)
 
 extern char **environ;
 
-static void warn_unknown_knobs(void)
+/* Edit distance of two short names, capped at 64 characters each. */
+static size_t edit_distance(const char *a, size_t la, const char *b)
+{
+    size_t lb = strlen(b), row[65];
+    if (la > 64 || lb > 64)
+        return SIZE_MAX;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/* A misspelt knob is silently ignored otherwise. Only near-misses warn: tools
+ * and the guest harness keep their own SHS_VM_*, SHS_TEST_* variables. */
+static void warn_misspelt_knobs(void)
 {
     for (char **e = environ; e != NULL && *e != NULL; e++) {
         if (strncmp(*e, "SHS_", 4) != 0)
             continue;
         size_t len = strcspn(*e, "=");
-        if (shs__config_knob_index_n(*e, len) < 0)
-            SHS_WARN("unknown knob %.*s in the environment (ignored); "
-                     "shs__config_print_table lists the known ones", (int)len, *e);
+        if (shs__config_knob_index_n(*e, len) >= 0)
+            continue;
+        for (size_t i = 0; i < KNOB_COUNT; i++) {
+            if (edit_distance(*e, len, knobs[i].name) <= 2) {
+                SHS_WARN("%.*s is not a knob (ignored); did you mean %s?", (int)len, *e,
+                         knobs[i].name);
+                break;
+            }
+        }
     }
 }
 
@@ -528,7 +560,7 @@ shs_status_t shs__config_load(shs__config_t *cfg)
     shs__log_set_level(cfg->log_level);
     if (cfg->rank >= 0)
         shs__log_set_rank(cfg->rank);
-    warn_unknown_knobs();
+    warn_misspelt_knobs();
     return SHS_OK;
 }
 

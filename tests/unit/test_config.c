@@ -1,4 +1,5 @@
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/config.h"
@@ -368,6 +369,40 @@ START_TEST(test_silent_at_warn)
 }
 END_TEST
 
+START_TEST(test_default_token_noted_at_debug)
+{
+    shs__config_t c;
+    const char *const env[] = {"SHS_LOG", "debug", NULL};
+    ck_assert_int_eq(load(&c, env), SHS_OK);
+    ck_assert_ptr_nonnull(strstr(captured(), "debug: no SHS_JOB_TOKEN and no launcher job id"));
+}
+END_TEST
+
+/* The real environment: this runs in Check's forked child, so setenv stays there. */
+START_TEST(test_load_from_process_env)
+{
+    shs__config_t c;
+    setenv("SHS_LOG", "warn", 1);
+    setenv("SHS_RANK", "1", 1);
+    setenv("SHS_SIZE", "2", 1);
+    setenv("SHS_QP_TIMOUT", "3", 1);
+    setenv("SHS_VM_DEV", "rxe0", 1);
+    ck_assert_int_eq(shs__config_load(&c), SHS_OK);
+    ck_assert_int_eq(c.rank, 1);
+    ck_assert_int_eq(shs__log_level(), SHS_LOG_LVL_WARN);
+    const char *out = captured();
+    ck_assert_ptr_nonnull(strstr(out, "shadowsync[rank 1] warn: SHS_QP_TIMOUT is not a knob "
+                                      "(ignored); did you mean SHS_QP_TIMEOUT?\n"));
+    ck_assert_ptr_null(strstr(out, "SHS_VM_DEV"));
+    setenv("SHS_LOG", "error", 1);
+    ck_assert_int_eq(shs__config_load(&c), SHS_OK);
+    ck_assert_int_eq(shs__log_level(), SHS_LOG_LVL_ERROR);
+    setenv("SHS_QP_RNR_RETRY", "7", 1);
+    ck_assert_int_eq(shs__config_load(&c), SHS_ERR_CONFIG);
+    shs__log_set_rank(-1);
+}
+END_TEST
+
 START_TEST(test_print_table)
 {
     FILE *f = tmpfile();
@@ -426,6 +461,8 @@ Suite *config_suite(void)
     tcase_add_test(tc, test_job_token);
     tcase_add_test(tc, test_info_prints_changed_knobs_only);
     tcase_add_test(tc, test_silent_at_warn);
+    tcase_add_test(tc, test_default_token_noted_at_debug);
+    tcase_add_test(tc, test_load_from_process_env);
     tcase_add_test(tc, test_print_table);
     tcase_add_test(tc, test_hostport_split);
     suite_add_tcase(s, tc);
