@@ -355,18 +355,49 @@ START_TEST(test_collective_mismatch)
 }
 END_TEST
 
-/* proc 0..n-1 are the ranks; rank_of decides who claims what. */
-static const char *token_of_proc[MAX_PROCS];
-static int delay_of_proc[MAX_PROCS];
-static int size_of_proc[MAX_PROCS];
+/* Who joins a rendezvous, and what each process must get. A process may
+ * claim a rank someone else holds, carry another token or job size, or come
+ * late; ranks left out of the list never start. */
+typedef struct admission {
+    const char *name;
+    int size, timeout_ms, nproc;
+    int rank[MAX_PROCS];
+    const char *token[MAX_PROCS]; /* NULL: the job's */
+    int claimed_size[MAX_PROCS];  /* 0: the job's */
+    int delay_ms[MAX_PROCS];
+    int want[MAX_PROCS];          /* exit code: 0 or -status */
+} admission_t;
+
+static const admission_t admissions[] = {
+    {"wrong token: refused, and rank 0 says why it is short of a rank", 2, 1500, 2,
+     {0, 1}, {NULL, "another-job"}, {0}, {0},
+     {-SHS_ERR_TOKEN_MISMATCH, -SHS_ERR_TOKEN_MISMATCH}},
+    {"an impostor with another token comes first; the job still assembles", 3, 5000, 4,
+     {0, 1, 2, 1}, {NULL, NULL, NULL, "another-job"}, {0}, {0, 300, 300, 0},
+     {0, 0, 0, -SHS_ERR_TOKEN_MISMATCH}},
+    {"a second rank 1 while rank 0 still waits for rank 2", 3, 5000, 4,
+     {0, 1, 2, 1}, {NULL}, {0}, {0, 0, 1000, 300},
+     {0, 0, 0, -SHS_ERR_CONFIG}},
+    {"rank 1 believes in another job size", 2, 1500, 2,
+     {0, 1}, {NULL}, {0, 3}, {0},
+     {-SHS_ERR_SIZE_MISMATCH, -SHS_ERR_SIZE_MISMATCH}},
+    {"rank 2 of 3 never starts", 3, 700, 2,
+     {0, 1}, {NULL}, {0}, {0},
+     {-SHS_ERR_TIMEOUT, -SHS_ERR_TIMEOUT}},
+    {"rank 0 never starts", 2, 500, 1,
+     {1}, {NULL}, {0}, {0},
+     {-SHS_ERR_TIMEOUT}},
+};
+
+static const admission_t *current;
 
 static int admission_rank(const job_t *job, int rank, int proc)
 {
     shs__config_t c;
     shs__boot_t *b;
-    sleep_ms(delay_of_proc[proc]);
-    make_cfg(job, rank, size_of_proc[proc] ? size_of_proc[proc] : job->size,
-             token_of_proc[proc] ? token_of_proc[proc] : "right", &c);
+    sleep_ms(current->delay_ms[proc]);
+    make_cfg(job, rank, current->claimed_size[proc] ? current->claimed_size[proc] : job->size,
+             current->token[proc] ? current->token[proc] : "right", &c);
     uint64_t t0 = shs__now_ns();
     shs_status_t st = shs__boot_create(&c, &b);
     /* a refusal or a timeout arrives within the deadline plus slack */
@@ -379,103 +410,17 @@ static int admission_rank(const job_t *job, int rank, int proc)
     return code(st);
 }
 
-static void reset_admission(void)
-{
-    memset(token_of_proc, 0, sizeof(token_of_proc));
-    memset(delay_of_proc, 0, sizeof(delay_of_proc));
-    memset(size_of_proc, 0, sizeof(size_of_proc));
-}
-
-START_TEST(test_wrong_token_refused)
+START_TEST(test_admission)
 {
     job_t job;
-    int codes[2];
-    const int ranks[] = {0, 1};
-    reset_admission();
-    token_of_proc[1] = "another-job";
-    job_init(&job, 2, 1500);
-    run_procs(&job, 2, ranks, admission_rank, codes);
-    ck_assert_int_eq(codes[1], -SHS_ERR_TOKEN_MISMATCH);
-    /* rank 0 never got its rank 1, and says why */
-    ck_assert_int_eq(codes[0], -SHS_ERR_TOKEN_MISMATCH);
-}
-END_TEST
-
-START_TEST(test_impostor_refused_job_completes)
-{
-    job_t job;
-    int codes[4];
-    /* proc 3 claims rank 1 with another job's token and arrives first */
-    const int ranks[] = {0, 1, 2, 1};
-    reset_admission();
-    token_of_proc[3] = "another-job";
-    delay_of_proc[1] = 300;
-    delay_of_proc[2] = 300;
-    job_init(&job, 3, 5000);
-    run_procs(&job, 4, ranks, admission_rank, codes);
-    ck_assert_int_eq(codes[3], -SHS_ERR_TOKEN_MISMATCH);
-    ck_assert_int_eq(codes[0], 0);
-    ck_assert_int_eq(codes[1], 0);
-    ck_assert_int_eq(codes[2], 0);
-}
-END_TEST
-
-START_TEST(test_duplicate_rank_refused)
-{
-    job_t job;
-    int codes[4];
-    /* proc 3 is a second rank 1; rank 2 comes late so rank 0 is still waiting */
-    const int ranks[] = {0, 1, 2, 1};
-    reset_admission();
-    delay_of_proc[3] = 300;
-    delay_of_proc[2] = 1000;
-    job_init(&job, 3, 5000);
-    run_procs(&job, 4, ranks, admission_rank, codes);
-    ck_assert_int_eq(codes[3], -SHS_ERR_CONFIG);
-    ck_assert_int_eq(codes[0], 0);
-    ck_assert_int_eq(codes[1], 0);
-    ck_assert_int_eq(codes[2], 0);
-}
-END_TEST
-
-START_TEST(test_size_disagreement_refused)
-{
-    job_t job;
-    int codes[2];
-    const int ranks[] = {0, 1};
-    reset_admission();
-    size_of_proc[1] = 3;
-    job_init(&job, 2, 1500);
-    run_procs(&job, 2, ranks, admission_rank, codes);
-    ck_assert_int_eq(codes[1], -SHS_ERR_SIZE_MISMATCH);
-    ck_assert_int_eq(codes[0], -SHS_ERR_SIZE_MISMATCH);
-}
-END_TEST
-
-START_TEST(test_missing_rank_times_out)
-{
-    job_t job;
-    int codes[2];
-    const int ranks[] = {0, 1}; /* rank 2 of 3 never starts */
-    reset_admission();
-    job_init(&job, 3, 700);
-    uint64_t t0 = shs__now_ns();
-    run_procs(&job, 2, ranks, admission_rank, codes);
-    ck_assert_int_eq(codes[0], -SHS_ERR_TIMEOUT);
-    ck_assert_int_eq(codes[1], -SHS_ERR_TIMEOUT);
-    ck_assert_uint_lt((shs__now_ns() - t0) / 1000000, 3000);
-}
-END_TEST
-
-START_TEST(test_missing_root_times_out)
-{
-    job_t job;
-    int codes[1];
-    const int ranks[] = {1};
-    reset_admission();
-    job_init(&job, 2, 500);
-    run_procs(&job, 1, ranks, admission_rank, codes);
-    ck_assert_int_eq(codes[0], -SHS_ERR_TIMEOUT);
+    int codes[MAX_PROCS];
+    current = &admissions[_i];
+    job_init(&job, current->size, current->timeout_ms);
+    run_procs(&job, current->nproc, current->rank, admission_rank, codes);
+    for (int i = 0; i < current->nproc; i++)
+        ck_assert_msg(codes[i] == current->want[i], "%s: process %d (rank %d) exited with %d, "
+                      "expected %d", current->name, i, current->rank[i], codes[i],
+                      current->want[i]);
 }
 END_TEST
 
@@ -642,12 +587,8 @@ Suite *bootstrap_suite(void)
     tcase_add_test(jobs, test_create_rejects_bad_config);
     tcase_add_test(jobs, test_allgather_size_mismatch);
     tcase_add_test(jobs, test_collective_mismatch);
-    tcase_add_test(jobs, test_wrong_token_refused);
-    tcase_add_test(jobs, test_impostor_refused_job_completes);
-    tcase_add_test(jobs, test_duplicate_rank_refused);
-    tcase_add_test(jobs, test_size_disagreement_refused);
-    tcase_add_test(jobs, test_missing_rank_times_out);
-    tcase_add_test(jobs, test_missing_root_times_out);
+    tcase_add_loop_test(jobs, test_admission, 0,
+                        (int)(sizeof(admissions) / sizeof(admissions[0])));
     tcase_add_test(jobs, test_peer_exit_mid_collective);
     tcase_add_test(jobs, test_root_exit_mid_collective);
     tcase_add_test(jobs, test_other_version_refused_on_the_wire);

@@ -4,6 +4,7 @@
 
 #include "runtime/config.h"
 #include "runtime/log.h"
+#include "log_capture.h"
 #include "unit.h"
 
 /* A fake environment: NULL-terminated name, value pairs. */
@@ -21,32 +22,6 @@ static shs_status_t load(shs__config_t *cfg, const char *const *env)
 {
     fake_env = env;
     return shs__config_load_from(cfg, fake_getenv);
-}
-
-static FILE *capture;
-
-static void setup(void)
-{
-    capture = tmpfile();
-    ck_assert_ptr_nonnull(capture);
-    shs__log_set_stream(capture);
-    shs__log_set_level(SHS_LOG_LVL_WARN);
-}
-
-static void teardown(void)
-{
-    shs__log_set_stream(NULL);
-    fclose(capture);
-}
-
-static const char *captured(void)
-{
-    static char buf[16384];
-    fflush(capture);
-    rewind(capture);
-    size_t n = fread(buf, 1, sizeof(buf) - 1, capture);
-    buf[n] = '\0';
-    return buf;
 }
 
 START_TEST(test_defaults)
@@ -445,7 +420,7 @@ Suite *config_suite(void)
 {
     Suite *s = suite_create("config");
     TCase *tc = tcase_create("core");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, capture_start, capture_stop);
     tcase_add_test(tc, test_defaults);
     tcase_add_test(tc, test_every_knob_parses);
     tcase_add_test(tc, test_every_table_entry_is_covered);

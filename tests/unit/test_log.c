@@ -3,35 +3,8 @@
 #include <string.h>
 
 #include "runtime/log.h"
+#include "log_capture.h"
 #include "unit.h"
-
-static FILE *capture;
-
-static void setup(void)
-{
-    capture = tmpfile();
-    ck_assert_ptr_nonnull(capture);
-    shs__log_set_stream(capture);
-    shs__log_set_level(SHS_LOG_LVL_WARN);
-    shs__log_set_rank(-1);
-}
-
-static void teardown(void)
-{
-    shs__log_set_stream(NULL);
-    fclose(capture);
-}
-
-/* Everything logged since setup, NUL-terminated. */
-static const char *captured(void)
-{
-    static char buf[4096];
-    fflush(capture);
-    rewind(capture);
-    size_t n = fread(buf, 1, sizeof(buf) - 1, capture);
-    buf[n] = '\0';
-    return buf;
-}
 
 START_TEST(test_level_parse)
 {
@@ -131,7 +104,7 @@ Suite *log_suite(void)
 {
     Suite *s = suite_create("log");
     TCase *tc = tcase_create("core");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, capture_start, capture_stop);
     tcase_add_test(tc, test_level_parse);
     tcase_add_test(tc, test_level_names_and_clamp);
     tcase_add_test(tc, test_format_with_rank);
