@@ -155,16 +155,16 @@ static shs_status_t check_op(shs_ctx_t *ctx, int peer, const shs_region_t *local
         return SHS_ERR_INVALID_ARG;
     const shs__remote_t *rm = &remote->remote[peer];
     if (!shs__range_ok(loff, len, local->len) || !shs__range_ok(roff, len, rm->len)) {
-        SHS_ERROR("%s of %zu bytes to peer %d: local [%zu, +%zu) of %zu or remote "
+        SHS_ERROR("%s of %zu bytes %s peer %d: local [%zu, +%zu) of %zu or remote "
                   "[%zu, +%zu) of %llu is out of bounds", is_read ? "read" : "write", len,
-                  peer, loff, len, local->len, roff, len, (unsigned long long)rm->len);
+                  is_read ? "from" : "to", peer, loff, len, local->len, roff, len, (unsigned long long)rm->len);
         return SHS_ERR_OUT_OF_BOUNDS;
     }
     if (is_read ? !(rm->flags & SHS_ACCESS_REMOTE_READ) ||
                       !(local->flags & (SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_WRITE))
                 : !(rm->flags & SHS_ACCESS_REMOTE_WRITE)) {
-        SHS_ERROR("%s to peer %d: the %s region lacks the access right (%s)",
-                  is_read ? "read" : "write", peer,
+        SHS_ERROR("%s %s peer %d: the %s region lacks the access right (%s)",
+                  is_read ? "read" : "write", is_read ? "from" : "to", peer,
                   is_read && (rm->flags & SHS_ACCESS_REMOTE_READ) ? "local" : "remote",
                   is_read ? "SHS_ACCESS_REMOTE_READ remotely, LOCAL_WRITE locally"
                           : "SHS_ACCESS_REMOTE_WRITE");

@@ -17,6 +17,7 @@ static const struct {
     {"config", config_suite},
     {"bootstrap", bootstrap_suite},
     {"memory", memory_suite},
+    {"transport", transport_suite},
 };
 
 int main(int argc, char **argv)

@@ -9,5 +9,6 @@ Suite *log_suite(void);
 Suite *config_suite(void);
 Suite *bootstrap_suite(void);
 Suite *memory_suite(void);
+Suite *transport_suite(void);
 
 #endif

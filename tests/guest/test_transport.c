@@ -1,0 +1,451 @@
+/*
+ * Guest integration test of the transport, through the public API only.
+ *
+ *   shs_test_transport CASE NRANKS [oob|rdmacm]
+ *
+ * launches NRANKS copies of itself (fork + exec, the rank and job in SHS_*
+ * variables set before any verbs call in the children), waits for them with
+ * a deadline and judges their exit codes. Cases:
+ *
+ *   basic     full mesh, collective registration, WRITE and READ of 1 B up to
+ *             64 MiB (across the 8 MiB message limit) verified byte for byte,
+ *             write-with-immediate delivery, many outstanding operations,
+ *             local bounds and access checks, barrier
+ *   mismatch  the last rank registers a larger region: every rank gets
+ *             SHS_ERR_SIZE_MISMATCH
+ *   token     the last rank presents another job token: it is refused
+ *   kill      rank 1 is SIGKILLed while rank 0 writes to it: rank 0 gets a
+ *             peer failure within the op timeout, and still talks to rank 2
+ *
+ * Exit status: 0 pass, 1 fail, 77 no RDMA device (CTest "Not Run").
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <shadowsync/shadowsync.h>
+
+#define RC_OK 0
+#define RC_FAIL 1
+#define RC_SKIP 77
+#define LAUNCH_WINDOW_S 240 /* under the CTest TIMEOUT */
+#define KILL_OP_TIMEOUT_MS 3000
+#define MiB ((size_t)1 << 20)
+
+static int g_rank = -1;
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fail(const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "FAIL rank %d: ", g_rank);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(RC_FAIL);
+}
+
+#define CHECK_OK(expr)                                                                \
+    do {                                                                              \
+        shs_status_t st_ = (expr);                                                    \
+        if (st_ != SHS_OK)                                                            \
+            fail("%s:%d: %s -> %s", __FILE__, __LINE__, #expr, shs_status_string(st_)); \
+    } while (0)
+
+#define CHECK_EQ(expr, want)                                                          \
+    do {                                                                              \
+        shs_status_t st_ = (expr);                                                    \
+        if (st_ != (want))                                                            \
+            fail("%s:%d: %s -> %s, expected %s", __FILE__, __LINE__, #expr,           \
+                 shs_status_string(st_), shs_status_string(want));                    \
+    } while (0)
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The byte rank r holds at offset i: differs by rank and by position, so a
+ * misplaced or misrouted piece shows. */
+static uint8_t pattern(int r, size_t i)
+{
+    uint64_t x = (uint64_t)i * 0x9e3779b97f4a7c15ull + (uint64_t)(r + 1) * 0xbf58476d1ce4e5b9ull;
+    return (uint8_t)(x >> 56);
+}
+
+static void verify(const uint8_t *buf, size_t off, size_t len, int src_rank, size_t src_off,
+                   const char *what)
+{
+    for (size_t i = 0; i < len; i++)
+        if (buf[off + i] != pattern(src_rank, src_off + i))
+            fail("%s of %zu bytes from rank %d: byte %zu is 0x%02x, expected 0x%02x", what,
+                 len, src_rank, i, buf[off + i], pattern(src_rank, src_off + i));
+}
+
+static size_t max_size(int n)
+{
+    /* 64 MiB where memory allows it; 8 MiB + 1 always crosses rxe's limit */
+    return n <= 2 ? 64 * MiB : n <= 4 ? 16 * MiB + 1 : 8 * MiB + 1;
+}
+
+/* ---------------------------------------------------------------- basic */
+
+static void case_basic(shs_ctx_t *ctx)
+{
+    int me = shs_ctx_rank(ctx), n = shs_ctx_size(ctx);
+    int right = (me + 1) % n, left = (me + n - 1) % n;
+    size_t smax = max_size(n);
+    size_t cap = smax + 64; /* room for an offset and a guard */
+    shs_region_t *src, *dst;
+
+    CHECK_OK(shs_region_alloc(ctx, cap, SHS_ACCESS_REMOTE_READ, &src));
+    CHECK_OK(shs_region_alloc(ctx, cap, SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_WRITE, &dst));
+    uint8_t *s = shs_region_addr(src), *d = shs_region_addr(dst);
+    for (size_t i = 0; i < cap; i++)
+        s[i] = pattern(me, i);
+
+    const size_t sizes[] = {1, 7, 4096, 65537, MiB + 3, 8 * MiB, 8 * MiB + 1, 16 * MiB + 1,
+                            64 * MiB};
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        size_t len = sizes[k];
+        if (len > smax)
+            continue;
+        double t0 = now_s();
+        /* WRITE: my src at offset 5 -> right's dst at offset 3 (only the
+         * touched span is reset: memset of 64 MiB is slow under emulation) */
+        memset(d, 0xee, len + 16);
+        CHECK_OK(shs_ctx_barrier(ctx));
+        CHECK_OK(shs_write(ctx, right, src, 5, dst, 3, len, 0));
+        CHECK_OK(shs_flush(ctx, right, SHS_TIMEOUT_DEFAULT));
+        CHECK_OK(shs_ctx_barrier(ctx));
+        verify(d, 3, len, left, 5, "write");
+        if (d[2] != 0xee || d[3 + len] != 0xee)
+            fail("write of %zu bytes touched bytes outside its range", len);
+
+        /* READ: left's src at offset 9 -> my dst at offset 1 */
+        memset(d, 0xee, len + 16);
+        CHECK_OK(shs_read(ctx, left, dst, 1, src, 9, len, SHS_OP_SIGNAL));
+        CHECK_OK(shs_flush(ctx, left, SHS_TIMEOUT_DEFAULT));
+        verify(d, 1, len, left, 9, "read");
+        if (d[0] != 0xee || d[1 + len] != 0xee)
+            fail("read of %zu bytes touched bytes outside its range", len);
+        if (me == 0)
+            printf("rank 0: write+read %zu bytes ok (%.2f s)\n", len, now_s() - t0);
+    }
+    CHECK_OK(shs_ctx_barrier(ctx));
+
+    /* full mesh: 64 bytes to every peer's slot [me*64, +64) with an immediate;
+     * the data must be visible when the immediate is taken */
+    memset(d, 0, 8192);
+    CHECK_OK(shs_ctx_barrier(ctx));
+    for (int p = 0; p < n; p++)
+        if (p != me)
+            CHECK_OK(shs_write_imm(ctx, p, src, (size_t)me * 64, dst, (size_t)me * 64, 64,
+                                   0xab000000u | (uint32_t)me, 0));
+    int seen[256] = {0};
+    for (int k = 0; k < n - 1; k++) {
+        int from = -1;
+        uint32_t imm = 0;
+        CHECK_OK(shs_wait_imm(ctx, SHS_PEER_ANY, &from, &imm, SHS_TIMEOUT_DEFAULT));
+        if (imm != (0xab000000u | (uint32_t)from) || from < 0 || from >= n || from == me ||
+            seen[from]++)
+            fail("immediate 0x%x from %d is wrong or repeated", imm, from);
+        verify(d, (size_t)from * 64, 64, from, (size_t)from * 64, "write_imm");
+    }
+    CHECK_OK(shs_flush(ctx, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT));
+    CHECK_OK(shs_ctx_barrier(ctx));
+
+    /* many outstanding: 1000 8-byte writes (more than the send queue holds)
+     * and 100 immediates, in order */
+    memset(d, 0, 8192);
+    CHECK_OK(shs_ctx_barrier(ctx));
+    for (size_t i = 0; i < 1000; i++)
+        CHECK_OK(shs_write(ctx, right, src, i * 8, dst, i * 8, 8, 0));
+    for (uint32_t i = 0; i < 100; i++)
+        CHECK_OK(shs_write_imm(ctx, right, src, 0, dst, 0, 0, i, 0));
+    for (uint32_t i = 0; i < 100; i++) {
+        uint32_t imm = 0;
+        int from = -1;
+        CHECK_OK(shs_wait_imm(ctx, left, &from, &imm, SHS_TIMEOUT_DEFAULT));
+        if (from != left || imm != i)
+            fail("immediate %u from %d, expected %u from %d (order)", imm, from, i, left);
+    }
+    verify(d, 0, 8000, left, 0, "many writes");
+    CHECK_OK(shs_flush(ctx, right, SHS_TIMEOUT_DEFAULT));
+    uint32_t imm;
+    CHECK_EQ(shs_poll_imm(ctx, left, NULL, &imm), SHS_ERR_TIMEOUT); /* nothing left */
+
+    /* refused locally, before anything is posted */
+    CHECK_EQ(shs_read(ctx, left, dst, 0, src, cap, 1, 0), SHS_ERR_OUT_OF_BOUNDS);
+    CHECK_EQ(shs_read(ctx, left, dst, 1, src, 0, cap, 0), SHS_ERR_OUT_OF_BOUNDS);
+    CHECK_EQ(shs_write(ctx, right, src, 0, dst, SIZE_MAX, 2, 0), SHS_ERR_OUT_OF_BOUNDS);
+    CHECK_EQ(shs_write(ctx, right, dst, 0, src, 0, 8, 0), SHS_ERR_INVALID_ARG); /* read-only */
+    CHECK_EQ(shs_read(ctx, left, src, 0, src, 0, 8, 0), SHS_ERR_INVALID_ARG);  /* local r/o */
+    CHECK_EQ(shs_write(ctx, me, src, 0, dst, 0, 8, 0), SHS_ERR_INVALID_ARG);   /* self */
+    for (int p = 0; p < n; p++)
+        if (p != me)
+            CHECK_OK(shs_ctx_peer_status(ctx, p, NULL));
+
+    CHECK_OK(shs_ctx_barrier(ctx));
+    shs_region_destroy(dst);
+    shs_region_destroy(src);
+}
+
+/* ------------------------------------------------------------- mismatch */
+
+static void case_mismatch(shs_ctx_t *ctx)
+{
+    int me = shs_ctx_rank(ctx), n = shs_ctx_size(ctx);
+    shs_region_t *r = NULL;
+    size_t len = me == n - 1 ? 8192 : 4096;
+
+    CHECK_EQ(shs_region_alloc(ctx, len, SHS_ACCESS_REMOTE_READ, &r), SHS_ERR_SIZE_MISMATCH);
+    if (r != NULL)
+        fail("region handle written on failure");
+    /* the context is still usable */
+    CHECK_OK(shs_region_alloc(ctx, 4096, SHS_ACCESS_REMOTE_READ, &r));
+    CHECK_OK(shs_ctx_barrier(ctx));
+    shs_region_destroy(r);
+}
+
+/* ----------------------------------------------------------------- kill */
+
+static void case_kill(shs_ctx_t *ctx)
+{
+    int me = shs_ctx_rank(ctx);
+    shs_region_t *buf;
+
+    CHECK_OK(shs_region_alloc(ctx, 4 * MiB, SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_WRITE,
+                              &buf));
+    CHECK_OK(shs_ctx_barrier(ctx));
+    if (me == 1) {
+        usleep(300 * 1000); /* rank 0 is writing to us by now */
+        raise(SIGKILL);
+    }
+    if (me == 0) {
+        double start = now_s();
+        shs_status_t st = SHS_OK;
+        double t_op = 0;
+        while (st == SHS_OK) {
+            if (now_s() - start > 60)
+                fail("rank 1 was killed but writes to it still succeed after 60 s");
+            t_op = now_s();
+            st = shs_write(ctx, 1, buf, 0, buf, 0, 4 * MiB, 0);
+            if (st == SHS_OK)
+                st = shs_flush(ctx, 1, SHS_TIMEOUT_DEFAULT);
+        }
+        double took = now_s() - t_op;
+        if (st != SHS_ERR_PEER_FAILED && st != SHS_ERR_TIMEOUT && !SHS_STATUS_IS_PEER(st))
+            fail("write to a killed peer gave %s", shs_status_string(st));
+        /* the op timeout plus the time of one 4 MiB write under emulation */
+        if (took > KILL_OP_TIMEOUT_MS / 1000.0 + 5.0)
+            fail("the failure took %.1f s to report", took);
+        const char *why = NULL;
+        CHECK_EQ(shs_ctx_peer_status(ctx, 1, &why), SHS_ERR_PEER_FAILED);
+        printf("rank 0: peer 1 failure reported in %.2f s (%s): %s\n", took,
+               shs_status_string(st), why);
+        double t1 = now_s();
+        CHECK_EQ(shs_write(ctx, 1, buf, 0, buf, 0, 8, 0), SHS_ERR_PEER_FAILED);
+        CHECK_EQ(shs_flush(ctx, 1, SHS_TIMEOUT_DEFAULT), SHS_ERR_PEER_FAILED);
+        if (now_s() - t1 > 0.5)
+            fail("calls naming a failed peer do not return at once");
+    }
+    /* the survivors still talk to each other */
+    if (me == 0) {
+        CHECK_OK(shs_write_imm(ctx, 2, buf, 0, buf, 0, 4096, 42, SHS_OP_SIGNAL));
+        CHECK_OK(shs_flush(ctx, 2, SHS_TIMEOUT_DEFAULT));
+        uint32_t imm = 0;
+        CHECK_OK(shs_wait_imm(ctx, 2, NULL, &imm, 30000));
+        if (imm != 43)
+            fail("reply %u from rank 2", imm);
+    } else if (me == 2) {
+        uint32_t imm = 0;
+        CHECK_OK(shs_wait_imm(ctx, 0, NULL, &imm, 60000));
+        CHECK_OK(shs_write_imm(ctx, 0, buf, 0, buf, 0, 16, imm + 1, 0));
+        CHECK_OK(shs_flush(ctx, 0, SHS_TIMEOUT_DEFAULT));
+    }
+    shs_region_destroy(buf);
+}
+
+/* ---------------------------------------------------------------- child */
+
+static int child(const char *which)
+{
+    shs_ctx_t *ctx = NULL;
+    g_rank = atoi(getenv("SHS_RANK"));
+    int n = atoi(getenv("SHS_SIZE"));
+    shs_status_t st = shs_ctx_create(NULL, &ctx);
+
+    if (strcmp(which, "token") == 0) {
+        if (st == SHS_OK)
+            fail("a job with a wrong token on rank %d was accepted", n - 1);
+        if (g_rank == n - 1 && st != SHS_ERR_TOKEN_MISMATCH)
+            fail("the rank with the wrong token got %s", shs_status_string(st));
+        printf("rank %d: refused as expected: %s\n", g_rank, shs_status_string(st));
+        return RC_OK;
+    }
+    if (st != SHS_OK)
+        fail("shs_ctx_create: %s", shs_status_string(st));
+    if (shs_ctx_rank(ctx) != g_rank || shs_ctx_size(ctx) != n)
+        fail("rank/size %d/%d, expected %d/%d", shs_ctx_rank(ctx), shs_ctx_size(ctx), g_rank, n);
+
+    if (strcmp(which, "basic") == 0)
+        case_basic(ctx);
+    else if (strcmp(which, "mismatch") == 0)
+        case_mismatch(ctx);
+    else if (strcmp(which, "kill") == 0)
+        case_kill(ctx);
+    else
+        fail("unknown case %s", which);
+    if (strcmp(which, "kill") != 0)
+        CHECK_OK(shs_ctx_barrier(ctx));
+    shs_ctx_destroy(ctx);
+    return RC_OK;
+}
+
+/* ------------------------------------------------------------- launcher */
+
+static bool have_rdma_device(void)
+{
+    /* sysfs, not verbs: the launcher must not open the device before fork */
+    DIR *d = opendir("/sys/class/infiniband");
+    bool found = false;
+    if (d == NULL)
+        return false;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        if (e->d_name[0] != '.')
+            found = true;
+    closedir(d);
+    return found;
+}
+
+static int free_tcp_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+        perror("bootstrap port");
+        exit(RC_FAIL);
+    }
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static void setenv_int(const char *name, int v)
+{
+    char buf[32];
+    snprintf(buf, sizeof(buf), "%d", v);
+    setenv(name, buf, 1);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--child") == 0)
+        return child(argv[2]);
+    if (argc < 3 || argc > 4) {
+        fprintf(stderr, "usage: %s basic|mismatch|token|kill NRANKS [oob|rdmacm]\n", argv[0]);
+        return RC_FAIL;
+    }
+    const char *which = argv[1];
+    int n = atoi(argv[2]);
+    if (n < 2 || n > 64 || (strcmp(which, "kill") == 0 && n < 3))
+        return fprintf(stderr, "bad rank count %d\n", n), RC_FAIL;
+    if (!have_rdma_device()) {
+        fprintf(stderr, "no RDMA device (/sys/class/infiniband is empty): skipped\n");
+        return RC_SKIP;
+    }
+
+    char boot[64], token[64];
+    snprintf(boot, sizeof(boot), "127.0.0.1:%d", free_tcp_port());
+    snprintf(token, sizeof(token), "transport-test-%d", (int)getpid());
+    setenv("SHS_BOOTSTRAP", boot, 1);
+    setenv_int("SHS_SIZE", n);
+    if (argc == 4)
+        setenv("SHS_CONNECT", argv[3], 1);
+    if (getenv("SHS_VM_DEV") != NULL && getenv("SHS_DEVICE") == NULL)
+        setenv("SHS_DEVICE", getenv("SHS_VM_DEV"), 1);
+    if (strcmp(which, "kill") == 0) {
+        /* notice the dead peer fast: ~17 ms ack timeout, 3 retries */
+        setenv_int("SHS_OP_TIMEOUT_MS", KILL_OP_TIMEOUT_MS);
+        setenv("SHS_QP_TIMEOUT", "12", 1);
+        setenv("SHS_QP_RETRY", "3", 1);
+    }
+    if (strcmp(which, "token") == 0)
+        setenv("SHS_BOOTSTRAP_TIMEOUT_MS", "5000", 1);
+
+    pid_t pids[64];
+    for (int r = 0; r < n; r++) {
+        pids[r] = fork();
+        if (pids[r] < 0) {
+            perror("fork");
+            return RC_FAIL;
+        }
+        if (pids[r] == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            setenv_int("SHS_RANK", r);
+            bool bad = strcmp(which, "token") == 0 && r == n - 1;
+            setenv("SHS_JOB_TOKEN", bad ? "some-other-job" : token, 1);
+            execl("/proc/self/exe", argv[0], "--child", which, (char *)NULL);
+            perror("exec");
+            _exit(RC_FAIL);
+        }
+    }
+
+    int rc = RC_OK, left = n;
+    double start = now_s();
+    while (left > 0) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid == 0) {
+            if (now_s() - start > LAUNCH_WINDOW_S) {
+                fprintf(stderr, "FAIL: ranks still running after %d s: killed\n",
+                        LAUNCH_WINDOW_S);
+                for (int r = 0; r < n; r++)
+                    if (pids[r] > 0)
+                        kill(pids[r], SIGKILL);
+                rc = RC_FAIL;
+            }
+            usleep(20 * 1000);
+            continue;
+        }
+        if (pid < 0)
+            break;
+        int r = 0;
+        while (r < n && pids[r] != pid)
+            r++;
+        left--;
+        if (r == n)
+            continue;
+        pids[r] = -1;
+        bool killed_on_purpose = strcmp(which, "kill") == 0 && r == 1 &&
+                                 WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+        if (killed_on_purpose)
+            continue;
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            fprintf(stderr, "FAIL: rank %d %s %d\n", r,
+                    WIFEXITED(status) ? "exited with" : "killed by signal",
+                    WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+            rc = RC_FAIL;
+        }
+    }
+    printf("%s %s %d ranks (%s): %s in %.1f s\n", rc == RC_OK ? "PASS" : "FAIL", which, n,
+           argc == 4 ? argv[3] : "default", rc == RC_OK ? "ok" : "failed", now_s() - start);
+    return rc;
+}
