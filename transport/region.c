@@ -117,18 +117,26 @@ static shs_status_t check_args(size_t len, unsigned flags)
     return SHS_OK;
 }
 
+static shs_region_t *region_new(shs_ctx_t *ctx, void *addr, size_t len, unsigned flags)
+{
+    shs_region_t *region = calloc(1, sizeof(*region));
+    if (region != NULL) {
+        region->ctx = ctx;
+        region->addr = addr;
+        region->len = len;
+        region->flags = flags;
+    }
+    return region;
+}
+
 shs_status_t shs_region_register(shs_ctx_t *ctx, void *addr, size_t len, unsigned flags,
                                  shs_region_t **region_p)
 {
     if (ctx == NULL || region_p == NULL)
         return SHS_ERR_INVALID_ARG;
-    shs_region_t *region = calloc(1, sizeof(*region));
+    shs_region_t *region = region_new(ctx, addr, len, flags);
     if (region == NULL)
         return SHS_ERR_NO_MEMORY;
-    region->ctx = ctx;
-    region->addr = addr;
-    region->len = len;
-    region->flags = flags;
 
     /* a bad argument still takes part in the exchange, so peers fail at once
      * instead of waiting for this rank until the bootstrap timeout */
@@ -147,12 +155,9 @@ shs_status_t shs_region_alloc(shs_ctx_t *ctx, size_t len, unsigned flags,
 {
     if (ctx == NULL || region_p == NULL)
         return SHS_ERR_INVALID_ARG;
-    shs_region_t *region = calloc(1, sizeof(*region));
+    shs_region_t *region = region_new(ctx, NULL, len, flags);
     if (region == NULL)
         return SHS_ERR_NO_MEMORY;
-    region->ctx = ctx;
-    region->len = len;
-    region->flags = flags;
     shs_status_t local = check_args(len, flags);
     if (local == SHS_OK) {
         shs__mem_params_t mp;

@@ -30,7 +30,8 @@ const char *shs__wc_status_hint(enum ibv_wc_status st)
     case IBV_WC_RNR_RETRY_EXC_ERR:
         return "receiver not ready: it is not taking immediates (shs_wait_imm) fast enough";
     case IBV_WC_REM_ACCESS_ERR:
-        return "refused the access: bad rkey or out of the region's bounds";
+        return "refused the access: bad rkey or out of the region's bounds (or the peer "
+               "is exiting and its regions are gone)";
     case IBV_WC_REM_INV_REQ_ERR:
         return "rejected the request as invalid: length above its limit or a missing "
                "access right";

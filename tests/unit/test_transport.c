@@ -10,6 +10,7 @@
 
 #include "runtime/config.h"
 #include "runtime/log.h"
+#include "log_capture.h"
 #include "transport/transport.h"
 #include "unit.h"
 
@@ -55,11 +56,9 @@ static void gid(const char *dev, int idx, const char *g, const char *type)
 #define V4 "0000:0000:0000:0000:0000:ffff:0a00:0001"
 #define V6 "2001:0db8:0000:0000:0000:0000:0000:0042"
 
-static void quiet(void);
-
 static void tree_setup(void)
 {
-    quiet();
+    capture_start(); /* the error paths log on purpose; some tests read it */
     snprintf(root, sizeof(root), "/tmp/shs-unit-sysfs-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(root));
     /* rxe's table as seen in the guest: link-local v1/v2, then IPv4 v1/v2,
@@ -82,6 +81,7 @@ static void tree_setup(void)
 
 static void tree_teardown(void)
 {
+    capture_stop();
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
     ck_assert_int_eq(system(cmd), 0);
@@ -122,6 +122,7 @@ START_TEST(test_gid_override)
     ck_assert_int_eq(shs__gid_select(root, "rxe0", 1, 4, &c), SHS_ERR_NO_DEVICE);
     ck_assert_int_eq(shs__gid_select(root, "rxe0", 1, 40, &c), SHS_ERR_NO_DEVICE);
     ck_assert_int_eq(c.index, 77);
+    ck_assert_ptr_nonnull(strstr(captured(), "rxe0 port 1: gid index 4 is empty"));
 }
 END_TEST
 
@@ -255,15 +256,6 @@ static void load_env(shs__config_t *cfg, const char *const *env)
     ck_assert_int_eq(shs__config_load_from(cfg, fake_getenv), SHS_OK);
 }
 
-static void quiet(void)
-{
-    /* the error paths below log on purpose; the forked test's stream dies with it */
-    static FILE *null_stream;
-    if (null_stream == NULL)
-        null_stream = fopen("/dev/null", "w");
-    shs__log_set_stream(null_stream);
-}
-
 START_TEST(test_params_null_keeps_env)
 {
     shs__config_t c;
@@ -314,7 +306,6 @@ START_TEST(test_params_supply_missing_rank_size)
     char sysfs[256];
     const char *const env[] = {NULL};
     load_env(&c, env);
-    quiet();
     ck_assert_int_eq(shs__ctx_params_apply(NULL, &c, sysfs, sizeof(sysfs)), SHS_ERR_CONFIG);
     shs_ctx_params_t p = {.field_mask = SHS_CTX_PARAM_RANK | SHS_CTX_PARAM_SIZE,
                           .rank = 0, .size = 2};
@@ -328,7 +319,6 @@ START_TEST(test_params_refused)
     shs__config_t c;
     char sysfs[256], longname[200];
     const char *const env[] = {"SHS_RANK", "0", "SHS_SIZE", "2", NULL};
-    quiet();
     memset(longname, 'x', sizeof(longname) - 1);
     longname[sizeof(longname) - 1] = '\0';
 
@@ -344,6 +334,7 @@ START_TEST(test_params_refused)
     p = (shs_ctx_params_t){.field_mask = SHS_CTX_PARAM_CONNECT_MODE,
                            .connect_mode = (shs_connect_mode_t)5};
     ck_assert_int_eq(shs__ctx_params_apply(&p, &c, sysfs, sizeof(sysfs)), SHS_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(captured(), "connect_mode 5 is neither rdmacm nor oob"));
 
     load_env(&c, env);
     p = (shs_ctx_params_t){.field_mask = SHS_CTX_PARAM_OP_TIMEOUT, .op_timeout_ms = 0};
@@ -393,6 +384,7 @@ Suite *transport_suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("params");
+    tcase_add_checked_fixture(tc, capture_start, capture_stop);
     tcase_add_test(tc, test_params_null_keeps_env);
     tcase_add_test(tc, test_params_override_only_masked_fields);
     tcase_add_test(tc, test_params_supply_missing_rank_size);
