@@ -15,6 +15,11 @@
  * that must make progress run, long enough not to add latency to a
  * completion that is microseconds away. */
 #define SHS__SPIN_POLLS 2000
+/* A wait's deadline counts time without a completion, so completions must
+ * come at least every this many bytes: otherwise one flush of 64 MiB over a
+ * slow link (a few MB/s between emulated guests) looks like a dead peer. A
+ * completion per MiB costs nothing next to the transfer itself. */
+#define SHS__SIGNAL_BYTES (1u << 20)
 
 static void fail_from_wc(shs_ctx_t *ctx, shs__conn_t *conn, const struct ibv_wc *wc)
 {
@@ -131,17 +136,21 @@ static shs_status_t post_batch(shs_ctx_t *ctx, shs__conn_t *conn, unsigned n)
     return SHS_OK;
 }
 
-/* Fill ctx->wr[k] as work request number seq of conn. */
-static void fill_wr(shs_ctx_t *ctx, shs__conn_t *conn, unsigned k, bool force_signal)
+/* Fill ctx->wr[k] as work request number seq of conn, carrying len bytes. */
+static void fill_wr(shs_ctx_t *ctx, shs__conn_t *conn, unsigned k, size_t len,
+                    bool force_signal)
 {
     struct ibv_send_wr *wr = &ctx->wr[k];
     uint64_t seq = conn->sq_posted + k;
 
     wr->wr_id = (uint64_t)conn->index | (seq << SHS__WRID_SEQ_SHIFT);
     wr->send_flags = 0;
-    if (force_signal || ++conn->unsignaled_run >= (unsigned)ctx->signal_every) {
+    conn->unsignaled_bytes += len;
+    if (force_signal || ++conn->unsignaled_run >= (unsigned)ctx->signal_every ||
+        conn->unsignaled_bytes >= SHS__SIGNAL_BYTES) {
         wr->send_flags = IBV_SEND_SIGNALED;
         conn->unsignaled_run = 0;
+        conn->unsignaled_bytes = 0;
         conn->sq_signaled = seq + 1;
     }
 }
@@ -226,7 +235,7 @@ static shs_status_t post_op(shs_ctx_t *ctx, int peer, shs_region_t *local, size_
             wr->imm_data = htonl(imm);
             wr->wr.rdma.remote_addr = rm->addr + roff + off;
             wr->wr.rdma.rkey = rm->rkey;
-            fill_wr(ctx, conn, n, last && (flags & SHS_OP_SIGNAL));
+            fill_wr(ctx, conn, n, plen, last && (flags & SHS_OP_SIGNAL));
         }
         status = post_batch(ctx, conn, n);
         if (status != SHS_OK)
@@ -272,7 +281,7 @@ static shs_status_t post_fence(shs_ctx_t *ctx, shs__conn_t *conn)
     wr->opcode = IBV_WR_RDMA_WRITE;
     wr->wr.rdma.remote_addr = sc->addr;
     wr->wr.rdma.rkey = sc->rkey;
-    fill_wr(ctx, conn, 0, true);
+    fill_wr(ctx, conn, 0, 0, true);
     return post_batch(ctx, conn, 1);
 }
 

@@ -88,6 +88,7 @@ typedef struct shs__conn {
     uint64_t sq_done;         /* work requests known complete (signaled ack) */
     uint64_t sq_signaled;     /* 1 + seq of the last signaled work request */
     unsigned unsignaled_run;  /* work requests since the last signaled one */
+    size_t unsignaled_bytes;  /* bytes they carry */
 } shs__conn_t;
 
 typedef struct shs__peer {

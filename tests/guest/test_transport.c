@@ -17,6 +17,10 @@
  *   kill      rank 1 is SIGKILLed while rank 0 writes to it: rank 0 gets a
  *             peer failure within the op timeout, and still talks to rank 2
  *
+ * Across guests (tools/shs-vm -n N, SHS_VM_COUNT = NRANKS > 1): each guest
+ * runs one rank, rank = SHS_VM_INDEX, rendezvous at the first address of
+ * SHS_VM_PEERS (port 18577).
+ *
  * Exit status: 0 pass, 1 fail, 77 no RDMA device (CTest "Not Run").
  */
 #include <dirent.h>
@@ -43,6 +47,7 @@
 #define LAUNCH_WINDOW_S 240 /* under the CTest TIMEOUT */
 #define KILL_OP_TIMEOUT_MS 3000
 #define MiB ((size_t)1 << 20)
+#define MULTI_VM_PORT 18577
 
 static int g_rank = -1;
 
@@ -370,6 +375,23 @@ int main(int argc, char **argv)
     if (!have_rdma_device()) {
         fprintf(stderr, "no RDMA device (/sys/class/infiniband is empty): skipped\n");
         return RC_SKIP;
+    }
+
+    const char *vm_count = getenv("SHS_VM_COUNT");
+    if (vm_count != NULL && atoi(vm_count) > 1) {
+        char boot[80], first[64] = "";
+        if (atoi(vm_count) != n || strcmp(which, "kill") == 0)
+            return fprintf(stderr, "across guests: NRANKS must be the guest count, no kill\n"),
+                   RC_FAIL;
+        sscanf(getenv("SHS_VM_PEERS") != NULL ? getenv("SHS_VM_PEERS") : "", "%63s", first);
+        snprintf(boot, sizeof(boot), "%s:%d", first, MULTI_VM_PORT);
+        setenv("SHS_BOOTSTRAP", boot, 1);
+        setenv_int("SHS_SIZE", n);
+        setenv("SHS_RANK", getenv("SHS_VM_INDEX"), 1);
+        setenv("SHS_JOB_TOKEN", "transport-test-multivm", 1);
+        if (argc == 4)
+            setenv("SHS_CONNECT", argv[3], 1);
+        return child(which);
     }
 
     char boot[64], token[64];
