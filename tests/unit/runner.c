@@ -18,6 +18,7 @@ static const struct {
     {"bootstrap", bootstrap_suite},
     {"memory", memory_suite},
     {"transport", transport_suite},
+    {"shadow", shadow_suite},
 };
 
 int main(int argc, char **argv)

@@ -10,5 +10,6 @@ Suite *config_suite(void);
 Suite *bootstrap_suite(void);
 Suite *memory_suite(void);
 Suite *transport_suite(void);
+Suite *shadow_suite(void);
 
 #endif

@@ -1,0 +1,168 @@
+/*
+ * Unit tests of the shadow engine's update rules (algorithms/rules.h) against
+ * values computed by hand: the MA mean, one BMUF step, one EASGD step with
+ * the owner's center update, the center slicing, and the delta application
+ * keeping a write made after the snapshot.
+ */
+#include <math.h>
+#include <stddef.h>
+
+#include "algorithms/rules.h"
+#include "unit.h"
+
+#define EPS 1e-6f
+
+static void assert_vec(const float *got, const float *want, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(fabsf(got[i] - want[i]) <= EPS, "element %zu: got %.9g, want %.9g", i,
+                      (double)got[i], (double)want[i]);
+}
+
+START_TEST(test_ma_mean)
+{
+    const float a[] = {1, 2, 3, -4}, b[] = {3, 4, 5, 8}, c[] = {5, 6, 10, 2};
+    const float *xs[] = {a, b, c};
+    float out[4];
+    shs__ma_mean(out, xs, 3, 4);
+    const float want[] = {3, 4, 6, 2};
+    assert_vec(out, want, 4);
+
+    /* one member: the mean is the member itself */
+    shs__ma_mean(out, xs + 1, 1, 4);
+    assert_vec(out, b, 4);
+}
+END_TEST
+
+/* Summed in the order given: members computing the same group's mean in
+ * ascending rank order agree bitwise (here the order matters in float). */
+START_TEST(test_ma_order_is_fixed)
+{
+    const float a[] = {1e8f}, b[] = {1.0f}, c[] = {-1e8f};
+    const float *abc[] = {a, b, c}, *acb[] = {a, c, b};
+    float x, y;
+    shs__ma_mean(&x, abc, 3, 1);
+    shs__ma_mean(&y, acb, 3, 1);
+    /* (1e8 + 1) rounds to 1e8 in float, so a+b+c = 0 but a+c+b = 1 */
+    ck_assert_float_eq(x, 0.0f);
+    ck_assert_float_eq(y, 1.0f / 3.0f);
+}
+END_TEST
+
+START_TEST(test_bmuf_defaults)
+{
+    shs__bmuf_coef_t c = shs__bmuf_defaults(4);
+    ck_assert_float_eq(c.eta, 0.75f);
+    ck_assert_float_eq(c.zeta, 1.0f);
+    ck_assert(c.nesterov);
+    ck_assert_float_eq(shs__bmuf_defaults(1).eta, 0.0f);
+}
+END_TEST
+
+START_TEST(test_bmuf_step)
+{
+    /* w_g = (1, 2), D = (0.5, -1), mean = (2, 0), eta = 0.5, zeta = 1:
+     * G = (1, -2); D = (0.25 + 1, -0.5 - 2) = (1.25, -2.5);
+     * w_g = (2.25, -0.5); Nesterov result = w_g + 0.5 D = (2.875, -1.75) */
+    float wg[] = {1, 2}, D[] = {0.5f, -1}, mean[] = {2, 0}, out[2];
+    shs__bmuf_coef_t c = {.eta = 0.5f, .zeta = 1.0f, .nesterov = true};
+    shs__bmuf_step(wg, D, mean, out, 2, &c);
+    assert_vec(D, (const float[]){1.25f, -2.5f}, 2);
+    assert_vec(wg, (const float[]){2.25f, -0.5f}, 2);
+    assert_vec(out, (const float[]){2.875f, -1.75f}, 2);
+
+    /* same start, zeta = 2, no Nesterov, result written over the mean:
+     * D = (0.25 + 2, -0.5 - 4) = (2.25, -4.5); w_g = (3.25, -2.5) = result */
+    float wg2[] = {1, 2}, D2[] = {0.5f, -1}, mean2[] = {2, 0};
+    c.zeta = 2.0f;
+    c.nesterov = false;
+    shs__bmuf_step(wg2, D2, mean2, mean2, 2, &c);
+    assert_vec(D2, (const float[]){2.25f, -4.5f}, 2);
+    assert_vec(wg2, (const float[]){3.25f, -2.5f}, 2);
+    assert_vec(mean2, (const float[]){3.25f, -2.5f}, 2);
+
+    /* eta = 0, zeta = 1, no Nesterov is plain MA: the result is the mean */
+    float wg3[] = {7, 7}, D3[] = {3, 3}, mean3[] = {1, -1}, out3[2];
+    shs__bmuf_coef_t ma = {.eta = 0.0f, .zeta = 1.0f, .nesterov = false};
+    shs__bmuf_step(wg3, D3, mean3, out3, 2, &ma);
+    assert_vec(out3, mean3, 2);
+}
+END_TEST
+
+START_TEST(test_easgd_step_and_center)
+{
+    /* two ranks, center c = (3, 1), alpha = 0.25:
+     * rank A, w = (1, 5): d_A = (-0.5, 1), w_A -> (1.5, 4)
+     * rank B, w = (4, 1): d_B = (0.25, 0), w_B -> (3.75, 1)
+     * owner: c -> c + d_A + d_B = (2.75, 2) */
+    float c[] = {3, 1}, wa[] = {1, 5}, wb[] = {4, 1}, da[2], db[2];
+    float before = wa[0] + wa[1] + wb[0] + wb[1] + c[0] + c[1];
+    shs__easgd_diff(da, wa, c, 0.25f, 2);
+    shs__easgd_diff(db, wb, c, 0.25f, 2);
+    assert_vec(da, (const float[]){-0.5f, 1}, 2);
+    assert_vec(db, (const float[]){0.25f, 0}, 2);
+    shs__delta_apply_sub(wa, da, 2);
+    shs__delta_apply_sub(wb, db, 2);
+    assert_vec(wa, (const float[]){1.5f, 4}, 2);
+    assert_vec(wb, (const float[]){3.75f, 1}, 2);
+    shs__easgd_center_apply(c, da, 2);
+    shs__easgd_center_apply(c, db, 2);
+    assert_vec(c, (const float[]){2.75f, 2}, 2);
+    /* replicas + center are conserved */
+    float after = wa[0] + wa[1] + wb[0] + wb[1] + c[0] + c[1];
+    ck_assert_float_eq_tol(after, before, EPS);
+    ck_assert_float_eq(shs__easgd_default_alpha(4), 0.125f);
+}
+END_TEST
+
+START_TEST(test_easgd_slices)
+{
+    const size_t want_off[] = {0, 3, 6, 8}, want_len[] = {3, 3, 2, 2};
+    for (int k = 0; k < 4; k++) {
+        size_t off, len;
+        shs__easgd_slice(10, 4, k, &off, &len);
+        ck_assert_uint_eq(off, want_off[k]);
+        ck_assert_uint_eq(len, want_len[k]);
+    }
+    /* fewer elements than ranks: empty slices at the end */
+    size_t off, len;
+    shs__easgd_slice(2, 4, 3, &off, &len);
+    ck_assert_uint_eq(off, 2);
+    ck_assert_uint_eq(len, 0);
+}
+END_TEST
+
+START_TEST(test_delta_keeps_concurrent_write)
+{
+    /* the round snapshots w, a worker then adds 10 to w[1] and -1 to w[2],
+     * the round's result is 4 everywhere: the worker's progress survives */
+    float w[] = {1, 2, 3}, snap[3], result[] = {4, 4, 4};
+    for (int i = 0; i < 3; i++)
+        snap[i] = w[i];
+    w[1] += 10;
+    w[2] -= 1;
+    shs__delta_apply(w, result, snap, 3);
+    assert_vec(w, (const float[]){4, 14, 3}, 3);
+
+    /* untouched elements become exactly the result (no rounding residue) */
+    float w2[] = {0.1f, 1e7f}, s2[] = {0.1f, 1e7f}, r2[] = {0.3f, 3.0f};
+    shs__delta_apply(w2, r2, s2, 2);
+    ck_assert_float_eq(w2[0], 0.3f);
+    ck_assert_float_eq(w2[1], 3.0f);
+}
+END_TEST
+
+Suite *shadow_suite(void)
+{
+    Suite *s = suite_create("shadow");
+    TCase *tc = tcase_create("rules");
+    tcase_add_test(tc, test_ma_mean);
+    tcase_add_test(tc, test_ma_order_is_fixed);
+    tcase_add_test(tc, test_bmuf_defaults);
+    tcase_add_test(tc, test_bmuf_step);
+    tcase_add_test(tc, test_easgd_step_and_center);
+    tcase_add_test(tc, test_easgd_slices);
+    tcase_add_test(tc, test_delta_keeps_concurrent_write);
+    suite_add_tcase(s, tc);
+    return s;
+}
