@@ -123,6 +123,24 @@ static const knob_t knobs[] = {
      * stop a job; "on" turns the fallback into an error. */
     KNOB_ENUM("SHS_HUGEPAGES", hugepages, "auto", tri_words, tri_values,
               "hugepages for runtime-allocated regions: auto, on (fail without), off"),
+    /* auto: the last CPU the process may use, since trainers conventionally
+     * place their workers from CPU 0 upwards. */
+    KNOB_STR("SHS_SHADOW_PIN", shadow_pin, "auto", parse_str,
+             "CPUs of the shadow sync thread: auto (last allowed CPU), none, or a list like 3 or 2-3"),
+    /* 30 s: in the foreground (FR) modes a peer reaches its sync point up to a
+     * whole sync interval of training later than a fast rank; a dead peer is
+     * still reported by the transport within SHS_OP_TIMEOUT_MS. */
+    KNOB_INT("SHS_SHADOW_WAIT_MS", shadow_wait_ms, "30000", 1, 24 * 3600 * 1000,
+             "bound on waiting for a peer's round snapshot or inbox credit (ms)"),
+    /* 1 MiB: ~100 us of transfer at 10 GB/s amortizes the per-read cost, and
+     * (g - 1) receive buffers of this size stay small. */
+    KNOB_SIZE("SHS_SHADOW_CHUNK", shadow_chunk, "1m", 64, 1ll << 30,
+              "bytes per pulled piece of a peer's snapshot (k/m/g suffixes)"),
+    /* 200 us: a waiting shadow thread sleeps instead of spinning, leaving the
+     * CPU to the workers, and still notices a snapshot within a fraction of
+     * a round (rounds take milliseconds). */
+    KNOB_INT("SHS_SHADOW_BACKOFF_US", shadow_backoff_us, "200", 0, 1000000,
+             "longest sleep between two polls of a peer's snapshot stamp (us)"),
 };
 
 #define KNOB_COUNT (sizeof(knobs) / sizeof(knobs[0]))

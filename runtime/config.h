@@ -55,6 +55,11 @@ typedef struct shs__config {
     shs__tristate_t hugepages; /* SHS_HUGEPAGES auto|on|off */
     /* logging */
     int log_level;             /* SHS_LOG */
+    /* shadow sync (algorithms/shadow.c) */
+    char shadow_pin[64];       /* SHS_SHADOW_PIN auto|none|CPU list */
+    int shadow_wait_ms;        /* SHS_SHADOW_WAIT_MS bound on waiting for a peer's snapshot */
+    size_t shadow_chunk;       /* SHS_SHADOW_CHUNK pull granularity (bytes) */
+    int shadow_backoff_us;     /* SHS_SHADOW_BACKOFF_US longest sleep between polls */
 } shs__config_t;
 
 /* Fill *cfg with defaults, then the environment (and launcher variables).

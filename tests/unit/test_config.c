@@ -77,6 +77,10 @@ static const char *const every_knob[] = {
     "SHS_MAX_CHUNK", "64k",
     "SHS_OP_TIMEOUT_MS", "77",
     "SHS_HUGEPAGES", "on",
+    "SHS_SHADOW_PIN", "2-3",
+    "SHS_SHADOW_WAIT_MS", "4321",
+    "SHS_SHADOW_CHUNK", "256k",
+    "SHS_SHADOW_BACKOFF_US", "50",
     NULL,
 };
 
@@ -105,6 +109,10 @@ START_TEST(test_every_knob_parses)
     ck_assert_uint_eq(c.max_chunk, 65536);
     ck_assert_int_eq(c.op_timeout_ms, 77);
     ck_assert_int_eq(c.hugepages, SHS_TRI_ON);
+    ck_assert_str_eq(c.shadow_pin, "2-3");
+    ck_assert_int_eq(c.shadow_wait_ms, 4321);
+    ck_assert_uint_eq(c.shadow_chunk, 256 * 1024);
+    ck_assert_int_eq(c.shadow_backoff_us, 50);
 }
 END_TEST
 

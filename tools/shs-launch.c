@@ -1,0 +1,217 @@
+/*
+ * shs-launch: run N ranks of a shadowsync program on this machine (or in
+ * this guest), the way the demo trainer and the multi-rank guest tests
+ * start them.
+ *
+ *   shs-launch -n N [--timeout S] [--need-rdma] [--env NAME=VALUE]... -- CMD [ARGS...]
+ *
+ * Each rank is CMD run with SHS_RANK (0..N-1), SHS_SIZE = N, SHS_BOOTSTRAP =
+ * 127.0.0.1:<a free port> and SHS_JOB_TOKEN = a token unique to this launch;
+ * SHS_DEVICE is set from SHS_VM_DEV (the guest harness) when it is unset.
+ * The ranks share stdout and stderr. The launcher waits for all of them,
+ * at most S seconds (default 600): then, or as soon as one rank fails, the
+ * others get SIGTERM and, 2 s later, SIGKILL.
+ *
+ * Exit status: 0 when every rank exits 0; 77 when every rank exits 77 (no
+ * RDMA device: CTest's "Not Run"), or with --need-rdma when
+ * /sys/class/infiniband is empty; 124 on the timeout; otherwise the status
+ * of the first rank that failed (128 + signal for a signal).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RC_SKIP 77
+#define RC_TIMEOUT 124
+#define RC_USAGE 2
+#define MAX_RANKS 256
+#define KILL_GRACE_S 2.0
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static bool have_rdma_device(void)
+{
+    DIR *d = opendir("/sys/class/infiniband");
+    bool found = false;
+    if (d == NULL)
+        return false;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        if (e->d_name[0] != '.')
+            found = true;
+    closedir(d);
+    return found;
+}
+
+/* A port nobody listens on now; rank 0 binds it a moment later. */
+static int free_tcp_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+        perror("shs-launch: bootstrap port");
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: shs-launch -n N [--timeout S] [--need-rdma] [--env NAME=VALUE]... "
+               "-- CMD [ARGS...]\n");
+}
+
+static void signal_all(pid_t *pids, int n, int sig)
+{
+    for (int r = 0; r < n; r++)
+        if (pids[r] > 0)
+            kill(pids[r], sig);
+}
+
+int main(int argc, char **argv)
+{
+    int n = 0;
+    double timeout = 600;
+    bool need_rdma = false;
+    static const struct option opts[] = {{"timeout", required_argument, NULL, 't'},
+                                         {"need-rdma", no_argument, NULL, 'r'},
+                                         {"env", required_argument, NULL, 'e'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "+n:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'n': n = atoi(optarg); break;
+        case 't': timeout = atof(optarg); break;
+        case 'r': need_rdma = true; break;
+        case 'e':
+            if (strchr(optarg, '=') == NULL || putenv(optarg) != 0) {
+                fprintf(stderr, "shs-launch: bad --env %s\n", optarg);
+                return RC_USAGE;
+            }
+            break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return RC_USAGE;
+        }
+    }
+    if (n < 1 || n > MAX_RANKS || optind >= argc || timeout <= 0) {
+        usage(stderr);
+        return RC_USAGE;
+    }
+    if (need_rdma && !have_rdma_device()) {
+        fprintf(stderr, "shs-launch: no RDMA device (/sys/class/infiniband is empty): skipped\n");
+        return RC_SKIP;
+    }
+
+    char boot[64], token[64], num[16];
+    int port = free_tcp_port();
+    if (port < 0)
+        return 1;
+    snprintf(boot, sizeof(boot), "127.0.0.1:%d", port);
+    snprintf(token, sizeof(token), "shs-launch-%d-%d", (int)getpid(), port);
+    setenv("SHS_BOOTSTRAP", boot, 1);
+    setenv("SHS_JOB_TOKEN", token, 1);
+    snprintf(num, sizeof(num), "%d", n);
+    setenv("SHS_SIZE", num, 1);
+    if (getenv("SHS_DEVICE") == NULL && getenv("SHS_VM_DEV") != NULL)
+        setenv("SHS_DEVICE", getenv("SHS_VM_DEV"), 1);
+
+    pid_t pids[MAX_RANKS];
+    for (int r = 0; r < n; r++) {
+        pids[r] = fork();
+        if (pids[r] < 0) {
+            perror("shs-launch: fork");
+            signal_all(pids, r, SIGKILL);
+            return 1;
+        }
+        if (pids[r] == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            snprintf(num, sizeof(num), "%d", r);
+            setenv("SHS_RANK", num, 1);
+            execvp(argv[optind], argv + optind);
+            fprintf(stderr, "shs-launch: cannot run %s: %s\n", argv[optind], strerror(errno));
+            _exit(127);
+        }
+    }
+
+    int rc = -1, left = n, skipped = 0;
+    double start = now_s(), kill_at = 0;
+    bool termed = false;
+    while (left > 0) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid == 0) {
+            double t = now_s();
+            if (!termed && t - start > timeout) {
+                fprintf(stderr, "shs-launch: ranks still running after %.0f s: stopping them\n",
+                        timeout);
+                if (rc <= 0)
+                    rc = RC_TIMEOUT;
+                signal_all(pids, n, SIGTERM);
+                termed = true;
+                kill_at = t + KILL_GRACE_S;
+            }
+            if (termed && t > kill_at) {
+                signal_all(pids, n, SIGKILL);
+                kill_at = t + 3600;
+            }
+            usleep(20 * 1000);
+            continue;
+        }
+        if (pid < 0)
+            break;
+        int r = 0;
+        while (r < n && pids[r] != pid)
+            r++;
+        if (r == n)
+            continue;
+        pids[r] = -1;
+        left--;
+        int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (code == RC_SKIP) {
+            skipped++;
+            continue;
+        }
+        if (code != 0 && rc <= 0) {
+            fprintf(stderr, "shs-launch: rank %d %s %d: stopping the others\n", r,
+                    WIFEXITED(status) ? "exited with" : "was killed by signal",
+                    WIFEXITED(status) ? code : WTERMSIG(status));
+            rc = code;
+            if (!termed) {
+                signal_all(pids, n, SIGTERM);
+                termed = true;
+                kill_at = now_s() + KILL_GRACE_S;
+            }
+        }
+    }
+    if (rc > 0)
+        return rc;
+    if (skipped == n)
+        return RC_SKIP;
+    if (skipped > 0) {
+        fprintf(stderr, "shs-launch: %d of %d ranks skipped, the others ran: failure\n",
+                skipped, n);
+        return 1;
+    }
+    return 0;
+}
