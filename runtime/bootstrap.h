@@ -1,13 +1,40 @@
 /*
  * Internal bootstrap: a small TCP rendezvous used to exchange connection data.
  * Rank 0 listens on the SHS_BOOTSTRAP address (host:port); the others connect
- * with retries until the bootstrap deadline. Every message is length-prefixed
- * and bounds-checked; the hello carries protocol version, job token, rank and
- * size, and a mismatch is refused on both sides with a clear error
- * (SHS_ERR_TOKEN_MISMATCH, SHS_ERR_VERSION_MISMATCH, SHS_ERR_SIZE_MISMATCH).
- * Collectives go through rank 0 (star). Every call is bounded by
- * cfg->bootstrap_timeout_ms; a peer that disappears gives SHS_ERR_PEER_FAILED
- * naming the rank. Not thread-safe: one thread uses a shs__boot_t at a time.
+ * with retries until the bootstrap deadline. Collectives go through rank 0
+ * (star). Every call is bounded by cfg->bootstrap_timeout_ms; a peer that
+ * disappears gives SHS_ERR_PEER_FAILED naming the rank. Not thread-safe: one
+ * thread uses a shs__boot_t at a time.
+ *
+ * Authentication (protocol version 2). The job token (SHS_JOB_TOKEN) is a
+ * shared secret and never travels: a joining rank and rank 0 each prove that
+ * they hold it with an HMAC-SHA256 (keyed by the token) over a transcript that
+ * carries a fresh random nonce from each side, the joiner first:
+ *
+ *   joiner -> rank 0   HELLO      rank, size, nonce_j
+ *   rank 0 -> joiner   CHALLENGE  nonce_r
+ *   joiner -> rank 0   AUTH       HMAC(token, "join"    | T)
+ *   rank 0 -> joiner   ACCEPT     HMAC(token, "root"    | T)
+ *   T = "shadowsync-boot" | version | rank | size | nonce_j | nonce_r
+ *
+ * Rank 0 answers a stranger's hello with a challenge only; it proves itself
+ * (ACCEPT) only to a joiner that has proved itself, and checks rank, size and
+ * duplicates only then, so an unauthenticated connection learns nothing about
+ * the job. A recorded handshake does not verify against a new nonce_r. After
+ * ACCEPT both sides derive a session key HMAC(token, "session" | T), and every
+ * later frame in either direction (welcome, collectives with addresses and
+ * rkeys, errors) carries a 32-byte HMAC over direction, a sequence number,
+ * header and payload: injected, altered, replayed or reordered frames are
+ * refused. Frames are authenticated, not encrypted.
+ *
+ * Rank 0 runs every pending handshake at once (poll over the listening socket,
+ * the pending connections and the admitted ranks), each with its own deadline
+ * (cfg->bootstrap_handshake_ms): a stranger that sends garbage, a wrong proof,
+ * or nothing at all is refused, logged and closed without delaying the others.
+ * Every message is length-prefixed, versioned and validated before use.
+ * Mismatches are refused on both sides with a clear error
+ * (SHS_ERR_TOKEN_MISMATCH, SHS_ERR_VERSION_MISMATCH, SHS_ERR_SIZE_MISMATCH,
+ * SHS_ERR_CONFIG for a rank out of range or taken twice).
  */
 #ifndef SHS_RUNTIME_BOOTSTRAP_H
 #define SHS_RUNTIME_BOOTSTRAP_H
@@ -19,7 +46,7 @@
 
 #include "runtime/config.h"
 
-#define SHS_BOOT_PROTOCOL_VERSION 1
+#define SHS_BOOT_PROTOCOL_VERSION 2
 #define SHS_BOOT_MAX_MSG (16u << 20) /* largest payload accepted */
 
 typedef struct shs__boot shs__boot_t;
@@ -55,5 +82,68 @@ void shs__boot_hdr_encode(const shs__boot_hdr_t *hdr, uint8_t out[SHS_BOOT_HDR_L
  * SHS_ERR_VERSION_MISMATCH for another version. */
 shs_status_t shs__boot_hdr_decode(const uint8_t *in, size_t in_len, uint32_t max_len,
                                   shs__boot_hdr_t *hdr_p);
+
+
+/* Frame types. */
+enum shs__boot_frame_type {
+    SHS_BOOT_FT_HELLO = 1,     /* joiner -> rank 0: rank, size, nonce */
+    SHS_BOOT_FT_WELCOME = 2,   /* rank 0 -> joiner: every rank has joined */
+    SHS_BOOT_FT_ERROR = 3,     /* rank 0 -> joiner: status, culprit rank, text */
+    SHS_BOOT_FT_ALLGATHER = 4, /* contributions: u64 len, u32 root, data */
+    SHS_BOOT_FT_BCAST = 5,
+    SHS_BOOT_FT_BARRIER = 6,
+    SHS_BOOT_FT_REPLY = 7,     /* rank 0 -> joiner: result of a collective */
+    SHS_BOOT_FT_CHALLENGE = 8, /* rank 0 -> joiner: nonce */
+    SHS_BOOT_FT_AUTH = 9,      /* joiner -> rank 0: proof */
+    SHS_BOOT_FT_ACCEPT = 10    /* rank 0 -> joiner: proof */
+};
+
+#define SHS_BOOT_NONCE_LEN 32u
+#define SHS_BOOT_PROOF_LEN 32u                        /* HMAC-SHA256 */
+#define SHS_BOOT_HELLO_LEN (8u + SHS_BOOT_NONCE_LEN)  /* u32 rank, u32 size, nonce */
+#define SHS_BOOT_ERROR_FIXED 8u                       /* i32 status, i32 culprit */
+#define SHS_BOOT_ERROR_TEXT_MAX 256u
+#define SHS_BOOT_CONTRIB_FIXED 12u                    /* u64 len, u32 root */
+#define SHS_BOOT_FRAME_MAC_LEN 32u                    /* trailer after ACCEPT */
+
+typedef struct shs__boot_hello {
+    uint32_t rank;
+    uint32_t size;
+    uint8_t nonce[SHS_BOOT_NONCE_LEN];
+} shs__boot_hello_t;
+
+void shs__boot_hello_encode(const shs__boot_hello_t *hello, uint8_t out[SHS_BOOT_HELLO_LEN]);
+/* SHS_ERR_PROTOCOL unless len is exactly SHS_BOOT_HELLO_LEN. */
+shs_status_t shs__boot_hello_decode(const uint8_t *in, size_t len, shs__boot_hello_t *hello_p);
+
+typedef struct shs__boot_error {
+    int32_t status;  /* always an error status (negative, >= -99) */
+    int32_t culprit; /* rank at fault, -1 when none */
+    char text[SHS_BOOT_ERROR_TEXT_MAX + 1]; /* printable, NUL-terminated */
+} shs__boot_error_t;
+
+/* SHS_ERR_PROTOCOL for a short or long payload or a status that is not an
+ * error; unprintable bytes of the text become '?'. */
+shs_status_t shs__boot_error_decode(const uint8_t *in, size_t len, shs__boot_error_t *err_p);
+
+typedef struct shs__boot_contrib {
+    uint64_t len;  /* per-rank length of the collective */
+    uint32_t root; /* bcast root, else 0 */
+} shs__boot_contrib_t;
+
+/* SHS_ERR_PROTOCOL when fewer than SHS_BOOT_CONTRIB_FIXED bytes. */
+shs_status_t shs__boot_contrib_decode(const uint8_t *in, size_t len, shs__boot_contrib_t *c_p);
+
+typedef enum shs__boot_proof_kind {
+    SHS_BOOT_PROOF_JOIN = 0,   /* the joiner's AUTH */
+    SHS_BOOT_PROOF_ROOT = 1,   /* rank 0's ACCEPT */
+    SHS_BOOT_PROOF_SESSION = 2 /* the key of the frame MACs */
+} shs__boot_proof_kind_t;
+
+/* HMAC(token, label(kind) | T) for the handshake of hello and nonce_root. */
+shs_status_t shs__boot_proof(const char *token, shs__boot_proof_kind_t kind,
+                             const shs__boot_hello_t *hello,
+                             const uint8_t nonce_root[SHS_BOOT_NONCE_LEN],
+                             uint8_t out[SHS_BOOT_PROOF_LEN]);
 
 #endif

@@ -74,6 +74,14 @@ static const knob_t knobs[] = {
      * module loads, srun fan-out); a minute absorbs that without hanging. */
     KNOB_INT("SHS_BOOTSTRAP_TIMEOUT_MS", bootstrap_timeout_ms, "60000", 1, 24 * 3600 * 1000,
              "deadline of the rendezvous and of each bootstrap collective (ms)"),
+    /* 10 s: a rank sends its hello as soon as it connects and the handshake is
+     * two round trips, milliseconds even on a loaded host; a connection that
+     * has not finished in 10 s is a stranger (or a port scanner) and is
+     * dropped. Handshakes run concurrently, so this bounds what a stranger
+     * costs, not how long a real rank waits. */
+    KNOB_INT("SHS_BOOTSTRAP_HANDSHAKE_TIMEOUT_MS", bootstrap_handshake_ms, "10000", 1,
+             24 * 3600 * 1000,
+             "deadline for one connection's hello and token proof at rank 0 (ms)"),
     /* empty: most nodes have one RDMA device worth using. */
     KNOB_STR("SHS_DEVICE", device, "", parse_str,
              "rdma device name (e.g. mlx5_0, rxe0); empty = first device with an ACTIVE port"),
@@ -145,9 +153,15 @@ static const knob_t knobs[] = {
 
 #define KNOB_COUNT (sizeof(knobs) / sizeof(knobs[0]))
 
+/* The job token is the bootstrap's shared secret: it never reaches a log. */
+static const char *shown(const knob_t *k, const char *val)
+{
+    return k->parse == parse_token ? "(hidden)" : val;
+}
+
 static shs_status_t bad_value(const knob_t *k, const char *val, const char *why)
 {
-    SHS_ERROR("invalid %s=\"%s\": %s", k->name, val, why);
+    SHS_ERROR("invalid %s=\"%s\": %s", k->name, shown(k, val), why);
     return SHS_ERR_CONFIG;
 }
 
@@ -237,8 +251,8 @@ static shs_status_t parse_addr(const knob_t *k, const char *val, void *field)
 
 static shs_status_t parse_token(const knob_t *k, const char *val, void *field)
 {
-    /* The token is printed in refusals and carried in a length-prefixed hello;
-     * printable and non-empty keeps both readable. */
+    /* The token keys the bootstrap's HMAC and is never sent; printable and
+     * non-empty keeps it easy to pass through launchers and shells. */
     if (*val == '\0')
         return bad_value(k, val, "empty");
     for (const char *p = val; *p != '\0'; p++)
@@ -462,8 +476,9 @@ static void resolve_token(shs__config_t *cfg, const char *(*getenv_fn)(const cha
         if (!isgraph((unsigned char)*p))
             *p = '_';
     if (cfg->log_level >= SHS_LOG_LVL_INFO)
-        shs__log(SHS_LOG_LVL_INFO, __FILE__, __LINE__, "job token \"%s\" from %s",
-                 cfg->job_token, from);
+        shs__log(SHS_LOG_LVL_INFO, __FILE__, __LINE__,
+                 "job token from %s: it tells jobs apart but is no secret; set "
+                 "SHS_JOB_TOKEN to a random value to keep strangers out", from);
 }
 
 shs_status_t shs__config_load_from(shs__config_t *cfg,
@@ -494,7 +509,8 @@ shs_status_t shs__config_load_from(shs__config_t *cfg,
     for (size_t i = 0; verbose && i < KNOB_COUNT; i++)
         if (set_by_env[i] != NULL && strcmp(set_by_env[i], knobs[i].def) != 0)
             shs__log(SHS_LOG_LVL_INFO, __FILE__, __LINE__, "%s=%s (default %s)",
-                     knobs[i].name, set_by_env[i], *knobs[i].def ? knobs[i].def : "\"\"");
+                     knobs[i].name, shown(&knobs[i], set_by_env[i]),
+                     *knobs[i].def ? knobs[i].def : "\"\"");
 
     if ((c.rank < 0 || c.size < 0) && detect_launcher(&c, getenv_fn, verbose) != SHS_OK)
         return SHS_ERR_CONFIG;

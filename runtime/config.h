@@ -35,6 +35,7 @@ typedef struct shs__config {
     char bootstrap[256];       /* SHS_BOOTSTRAP "host:port" of the rendezvous */
     char job_token[128];       /* SHS_JOB_TOKEN */
     int bootstrap_timeout_ms;  /* SHS_BOOTSTRAP_TIMEOUT_MS */
+    int bootstrap_handshake_ms; /* SHS_BOOTSTRAP_HANDSHAKE_TIMEOUT_MS (0: the rendezvous') */
     /* device */
     char device[64];           /* SHS_DEVICE ("" = first ACTIVE port) */
     int ib_port;               /* SHS_IB_PORT (0 = first ACTIVE) */

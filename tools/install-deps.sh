@@ -9,6 +9,7 @@ PKGS=(
     libibverbs-dev librdmacm-dev ibverbs-providers ibverbs-utils rdma-core
     rdmacm-utils perftest iproute2
     libhwloc-dev hwloc libnuma-dev numactl check
+    libssl-dev
     qemu-system-x86 busybox-static cpio kmod
 )
 

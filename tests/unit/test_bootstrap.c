@@ -5,7 +5,9 @@
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,7 @@
 #define BAD_VALUE 200
 #define TOO_SLOW 201
 #define MAX_PROCS 8
+#define SECRET "s3cret-J0b-T0ken-91b2"
 
 /* ---- wire encoding ---- */
 
@@ -474,6 +477,14 @@ static int lone_root(const job_t *job, int rank, int proc)
     return code(shs__boot_create(&c, &b));
 }
 
+static int token_root(const job_t *job, int rank, int proc)
+{
+    shs__config_t c;
+    shs__boot_t *b;
+    make_cfg(job, 0, job->size, SECRET, &c);
+    return code(shs__boot_create(&c, &b));
+}
+
 static int connect_retry(const char *addr_port)
 {
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -550,6 +561,406 @@ START_TEST(test_oversized_hello_refused)
 }
 END_TEST
 
+/* ---- authentication: what crosses the wire, strangers, replay, tampering ---- */
+
+
+static bool contains(const uint8_t *hay, size_t n, const char *needle)
+{
+    size_t k = strlen(needle);
+    for (size_t i = 0; i + k <= n; i++)
+        if (memcmp(hay + i, needle, k) == 0)
+            return true;
+    return false;
+}
+
+/* Read exactly len bytes within ms; false on EOF, error or timeout. */
+static bool read_full_ms(int fd, uint8_t *buf, size_t len, int ms)
+{
+    shs__deadline_t dl = shs__deadline_in_ms(ms);
+    size_t got = 0;
+    while (got < len) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int left = shs__deadline_remaining_ms(dl);
+        if (left == 0 || poll(&p, 1, left) <= 0)
+            return false;
+        ssize_t n = read(fd, buf + got, len - got);
+        if (n <= 0)
+            return false;
+        got += (size_t)n;
+    }
+    return true;
+}
+
+static void write_frame(int fd, uint16_t type, const void *payload, uint32_t len)
+{
+    uint8_t buf[SHS_BOOT_HDR_LEN + 64];
+    shs__boot_hdr_t h = {SHS_BOOT_MAGIC, SHS_BOOT_PROTOCOL_VERSION, type, len};
+    ck_assert_uint_le(len, 64);
+    shs__boot_hdr_encode(&h, buf);
+    memcpy(buf + SHS_BOOT_HDR_LEN, payload, len);
+    ck_assert_int_eq(write(fd, buf, SHS_BOOT_HDR_LEN + len), (ssize_t)(SHS_BOOT_HDR_LEN + len));
+}
+
+static int listen_on(const job_t *job)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0);
+    sa.sin_port = htons((uint16_t)atoi(strchr(job->addr, ':') + 1));
+    ck_assert_int_ge(fd, 0);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(listen(fd, 8), 0);
+    return fd;
+}
+
+static int accept_ms(int lfd, int ms)
+{
+    struct pollfd p = {.fd = lfd, .events = POLLIN};
+    ck_assert_int_eq(poll(&p, 1, ms), 1);
+    int fd = accept(lfd, NULL, NULL);
+    ck_assert_int_ge(fd, 0);
+    return fd;
+}
+
+static const char *joiner_token;
+
+static int joiner_rank(const job_t *job, int rank, int proc)
+{
+    shs__config_t c;
+    shs__boot_t *b;
+    make_cfg(job, 1, 2, joiner_token, &c);
+    shs_status_t st = shs__boot_create(&c, &b);
+    if (st == SHS_OK)
+        shs__boot_destroy(b);
+    return code(st);
+}
+
+/* What a joining rank sends, as seen by a rank 0 that does not hold the
+ * token: a hello and a proof, never the token. The joiner then refuses this
+ * rank 0, which cannot prove itself. hello_p/auth_p keep the bytes. */
+static void fake_root_capture(const char *token, uint8_t *hello_p, uint8_t *auth_p,
+                              int *code_p)
+{
+    job_t job;
+    int codes[1];
+    const int ranks[] = {1};
+    job_init(&job, 2, 5000);
+    int lfd = listen_on(&job);
+    joiner_token = token;
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(lfd);
+        run_procs(&job, 1, ranks, joiner_rank, codes);
+        _exit(codes[0]);
+    }
+    int fd = accept_ms(lfd, 5000);
+    uint8_t seen[4096];
+    size_t n = SHS_BOOT_HDR_LEN + SHS_BOOT_HELLO_LEN;
+    ck_assert(read_full_ms(fd, seen, n, 5000));
+    shs__boot_hdr_t h;
+    ck_assert_int_eq(shs__boot_hdr_decode(seen, n, 64, &h), SHS_OK);
+    ck_assert_uint_eq(h.type, SHS_BOOT_FT_HELLO);
+    uint8_t nonce[SHS_BOOT_NONCE_LEN];
+    for (size_t i = 0; i < sizeof(nonce); i++)
+        nonce[i] = (uint8_t)(i * 13 + 1);
+    write_frame(fd, SHS_BOOT_FT_CHALLENGE, nonce, sizeof(nonce));
+    ck_assert(read_full_ms(fd, seen + n, SHS_BOOT_HDR_LEN + SHS_BOOT_PROOF_LEN, 5000));
+    ck_assert_uint_eq(seen[n + 7], SHS_BOOT_FT_AUTH);
+    if (hello_p != NULL)
+        memcpy(hello_p, seen, n);
+    if (auth_p != NULL)
+        memcpy(auth_p, seen + n, SHS_BOOT_HDR_LEN + SHS_BOOT_PROOF_LEN);
+    n += SHS_BOOT_HDR_LEN + SHS_BOOT_PROOF_LEN;
+    uint8_t bogus[SHS_BOOT_PROOF_LEN];
+    memset(bogus, 0x42, sizeof(bogus));
+    write_frame(fd, SHS_BOOT_FT_ACCEPT, bogus, sizeof(bogus));
+    /* anything else it sends before hanging up */
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 3000) <= 0 || n == sizeof(seen))
+            break;
+        ssize_t k = read(fd, seen + n, sizeof(seen) - n);
+        if (k <= 0)
+            break;
+        n += (size_t)k;
+    }
+    int ws;
+    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    *code_p = WIFEXITED(ws) ? WEXITSTATUS(ws) : 999;
+    close(fd);
+    close(lfd);
+    ck_assert_msg(!contains(seen, n, token), "the job token crossed the wire");
+}
+
+START_TEST(test_token_never_on_the_wire)
+{
+    int rc;
+    fake_root_capture(SECRET, NULL, NULL, &rc);
+    /* mutual: rank 0 without the token is refused by the joiner */
+    ck_assert_int_eq(rc, -SHS_ERR_TOKEN_MISMATCH);
+}
+END_TEST
+
+/* A recorded hello and proof, replayed to a real rank 0 of the same job,
+ * meet a fresh challenge and are refused. */
+START_TEST(test_replayed_handshake_refused)
+{
+    uint8_t hello[SHS_BOOT_HDR_LEN + SHS_BOOT_HELLO_LEN];
+    uint8_t auth[SHS_BOOT_HDR_LEN + SHS_BOOT_PROOF_LEN];
+    int rc;
+    fake_root_capture(SECRET, hello, auth, &rc);
+
+    job_t job;
+    int codes[1];
+    const int ranks[] = {0};
+    job_init(&job, 2, 1500);
+    joiner_token = SECRET;
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int fd = connect_retry(job.addr);
+        uint8_t reply[SHS_BOOT_HDR_LEN + 64];
+        if (fd < 0 || write(fd, hello, sizeof(hello)) != (ssize_t)sizeof(hello))
+            _exit(1);
+        if (!read_full_ms(fd, reply, SHS_BOOT_HDR_LEN + SHS_BOOT_NONCE_LEN, 3000) ||
+            reply[7] != SHS_BOOT_FT_CHALLENGE)
+            _exit(2);
+        if (write(fd, auth, sizeof(auth)) != (ssize_t)sizeof(auth))
+            _exit(3);
+        if (!read_full_ms(fd, reply, SHS_BOOT_HDR_LEN + SHS_BOOT_ERROR_FIXED, 3000))
+            _exit(4);
+        shs__boot_hdr_t h;
+        if (shs__boot_hdr_decode(reply, sizeof(reply), 512, &h) != SHS_OK ||
+            h.type != SHS_BOOT_FT_ERROR)
+            _exit(5); /* an ACCEPT would mean the replay worked */
+        int32_t st = (int32_t)ntohl(*(uint32_t *)(reply + SHS_BOOT_HDR_LEN));
+        _exit(st == SHS_ERR_TOKEN_MISMATCH ? 0 : 6);
+    }
+    run_procs(&job, 1, ranks, token_root, codes);
+    int ws;
+    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "replayer: %d", WEXITSTATUS(ws));
+    ck_assert_int_eq(codes[0], -SHS_ERR_TOKEN_MISMATCH);
+}
+END_TEST
+
+/* A real rank 0 and a joiner with another token: both refuse, and neither
+ * token reaches either log. */
+static int logged_rank(const job_t *job, int rank, int proc)
+{
+    char path[64];
+    shs__config_t c;
+    shs__boot_t *b;
+    snprintf(path, sizeof(path), "/tmp/shs-unit-boot-%d-%d.log", (int)getppid(), proc);
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        return BAD_VALUE;
+    shs__log_set_stream(f);
+    shs__log_set_level(SHS_LOG_LVL_DEBUG);
+    make_cfg(job, rank, 2, rank == 0 ? SECRET : "other-" SECRET, &c);
+    shs_status_t st = shs__boot_create(&c, &b);
+    if (st == SHS_OK)
+        shs__boot_destroy(b);
+    fclose(f);
+    return code(st);
+}
+
+START_TEST(test_wrong_token_refused_token_not_logged)
+{
+    job_t job;
+    int codes[2];
+    job_init(&job, 2, 1500);
+    run_job(&job, logged_rank, codes);
+    ck_assert_int_eq(codes[0], -SHS_ERR_TOKEN_MISMATCH);
+    ck_assert_int_eq(codes[1], -SHS_ERR_TOKEN_MISMATCH);
+    for (int p = 0; p < 2; p++) {
+        char path[64], text[8192];
+        snprintf(path, sizeof(path), "/tmp/shs-unit-boot-%d-%d.log", (int)getpid(), p);
+        FILE *f = fopen(path, "r");
+        ck_assert_ptr_nonnull(f);
+        size_t n = fread(text, 1, sizeof(text) - 1, f);
+        fclose(f);
+        unlink(path);
+        text[n] = '\0';
+        ck_assert_msg(strstr(text, SECRET) == NULL, "process %d logged a token: %s", p, text);
+        ck_assert_msg(strstr(text, p == 0 ? "could not prove it holds this job's token"
+                                          : "rank 0 refused this rank") != NULL,
+                      "process %d: %s", p, text);
+    }
+}
+END_TEST
+
+/* Strangers hold connections to rank 0 while the job assembles: one silent,
+ * one with half a hello (slowloris), one with garbage, one with a wrong proof.
+ * The job must assemble as fast as without them, and rank 0 must drop the
+ * silent ones at their handshake deadline. */
+/* A join bound below the handshake deadline: a rank 0 that read hellos one at
+ * a time would hold everyone behind the half hello for the whole deadline. */
+#define STRANGER_HANDSHAKE_MS 3000
+#define JOIN_BOUND_MS 2000
+
+static int stranger_or_rank(const job_t *job, int rank, int proc)
+{
+    if (rank >= 0) {
+        shs__config_t c;
+        shs__boot_t *b;
+        if (rank > 0)
+            sleep_ms(300); /* the strangers are in first */
+        make_cfg(job, rank, job->size, SECRET, &c);
+        c.bootstrap_handshake_ms = STRANGER_HANDSHAKE_MS;
+        uint64_t t0 = shs__now_ns();
+        shs_status_t st = shs__boot_create(&c, &b);
+        uint64_t ms = (shs__now_ns() - t0) / 1000000;
+        if (st != SHS_OK)
+            return code(st);
+        st = shs__boot_barrier(b);
+        shs__boot_destroy(b);
+        /* rank 0 started 300 ms before the others */
+        if (ms > (uint64_t)(JOIN_BOUND_MS + (rank == 0 ? 300 : 0)))
+            return TOO_SLOW;
+        return code(st);
+    }
+    int fd = connect_retry(job->addr);
+    if (fd < 0)
+        return 1;
+    uint64_t t0 = shs__now_ns();
+    uint8_t hdr[SHS_BOOT_HDR_LEN + SHS_BOOT_HELLO_LEN];
+    shs__boot_hdr_t h = {SHS_BOOT_MAGIC, SHS_BOOT_PROTOCOL_VERSION, SHS_BOOT_FT_HELLO,
+                         SHS_BOOT_HELLO_LEN};
+    shs__boot_hdr_encode(&h, hdr);
+    memset(hdr + SHS_BOOT_HDR_LEN, 0, SHS_BOOT_HELLO_LEN);
+    hdr[SHS_BOOT_HDR_LEN + 3] = 1;                 /* claims rank 1 */
+    hdr[SHS_BOOT_HDR_LEN + 7] = (uint8_t)job->size;
+    switch (rank) {
+    case -1: /* silent */
+        break;
+    case -2: /* half a hello, then a byte now and then */
+        if (write(fd, hdr, 5) != 5)
+            return 2;
+        break;
+    case -3: /* garbage */
+        if (write(fd, "\x16\x03\x01\x02\x00garbage", 12) != 12)
+            return 2;
+        break;
+    case -4: { /* a hello, then a wrong proof */
+        uint8_t reply[SHS_BOOT_HDR_LEN + SHS_BOOT_NONCE_LEN], proof[SHS_BOOT_PROOF_LEN];
+        if (write(fd, hdr, sizeof(hdr)) != (ssize_t)sizeof(hdr) ||
+            !read_full_ms(fd, reply, sizeof(reply), 3000))
+            return 3;
+        memset(proof, 7, sizeof(proof));
+        write_frame(fd, SHS_BOOT_FT_AUTH, proof, sizeof(proof));
+        break;
+    }
+    }
+    /* rank 0 must close every stranger within its handshake deadline plus slack */
+    for (;;) {
+        uint8_t junk[256];
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (rank == -2 && write(fd, hdr + 5, 1) != 1)
+            break; /* closed under us: good */
+        if (poll(&p, 1, 100) == 1) {
+            ssize_t n = read(fd, junk, sizeof(junk));
+            if (n <= 0)
+                break;
+            continue; /* an error frame, then EOF */
+        }
+        if ((shs__now_ns() - t0) / 1000000 > STRANGER_HANDSHAKE_MS + 3000)
+            return TOO_SLOW;
+    }
+    close(fd);
+    return 0;
+}
+
+START_TEST(test_strangers_do_not_stall_the_job)
+{
+    job_t job;
+    int codes[7];
+    const int who[] = {0, -1, -2, -3, -4, 1, 2};
+    job_init(&job, 3, 20000);
+    run_procs(&job, 7, who, stranger_or_rank, codes);
+    for (int i = 0; i < 7; i++)
+        ck_assert_msg(codes[i] == 0, "process %d (%d) exited with %d", i, who[i], codes[i]);
+}
+END_TEST
+
+/* A proxy between rank 1 and rank 0 flips one bit of rank 1's allgather
+ * payload after the handshake: rank 0 must refuse the frame, not use it. The
+ * proxy's socket is bound before the fork, so no port can be taken meanwhile. */
+static int proxy_lfd = -1;
+
+static int tamper_proc(const job_t *job, int rank, int proc)
+{
+    shs__config_t c;
+    shs__boot_t *b;
+    job_t via = *job;
+    struct sockaddr_in sa;
+    socklen_t sl = sizeof(sa);
+    if (getsockname(proxy_lfd, (struct sockaddr *)&sa, &sl) != 0)
+        return 1;
+    if (rank == 1) /* rank 1 talks to the proxy */
+        snprintf(via.addr, sizeof(via.addr), "127.0.0.1:%d", ntohs(sa.sin_port));
+    if (rank >= 0) {
+        close(proxy_lfd);
+        make_cfg(&via, rank, 2, SECRET, &c);
+        shs_status_t st = shs__boot_create(&c, &b);
+        if (st != SHS_OK)
+            return 100 + code(st);
+        uint8_t mine[64], all[128];
+        memset(mine, rank, sizeof(mine));
+        st = shs__boot_allgather(b, mine, sizeof(mine), all);
+        shs__boot_destroy(b);
+        return code(st);
+    }
+    int a = accept_ms(proxy_lfd, 5000), z = connect_retry(job->addr);
+    if (z < 0)
+        return 1;
+    size_t from_joiner = 0;
+    /* hello + proof, then the allgather frame's header and fixed part */
+    const size_t flip_at = (SHS_BOOT_HDR_LEN + SHS_BOOT_HELLO_LEN) +
+                           (SHS_BOOT_HDR_LEN + SHS_BOOT_PROOF_LEN) + SHS_BOOT_HDR_LEN +
+                           SHS_BOOT_CONTRIB_FIXED + 5;
+    shs__deadline_t dl = shs__deadline_in_ms(8000);
+    while (!shs__deadline_passed(dl)) {
+        struct pollfd p[2] = {{.fd = a, .events = POLLIN}, {.fd = z, .events = POLLIN}};
+        if (poll(p, 2, 100) <= 0)
+            continue;
+        uint8_t buf[4096];
+        if (p[0].revents) {
+            ssize_t n = read(a, buf, sizeof(buf));
+            if (n <= 0)
+                break;
+            if (flip_at >= from_joiner && flip_at < from_joiner + (size_t)n)
+                buf[flip_at - from_joiner] ^= 0x10;
+            from_joiner += (size_t)n;
+            if (write(z, buf, (size_t)n) != n)
+                break;
+        }
+        if (p[1].revents) {
+            ssize_t n = read(z, buf, sizeof(buf));
+            if (n <= 0 || write(a, buf, (size_t)n) != n)
+                break;
+        }
+    }
+    return from_joiner > flip_at ? 0 : 2;
+}
+
+START_TEST(test_tampered_frame_refused)
+{
+    job_t job, any;
+    int codes[3];
+    const int who[] = {-1, 0, 1};
+    job_init(&job, 2, 5000);
+    snprintf(any.addr, sizeof(any.addr), "127.0.0.1:0");
+    proxy_lfd = listen_on(&any);
+    run_procs(&job, 3, who, tamper_proc, codes);
+    close(proxy_lfd);
+    ck_assert_int_eq(codes[0], 0);
+    ck_assert_int_eq(codes[1], -SHS_ERR_PROTOCOL);
+    ck_assert_msg(codes[2] != 0 && codes[2] < 100, "rank 1 exited with %d", codes[2]);
+}
+END_TEST
+
 static void quiet(void)
 {
     /* Refusals and timeouts are the point of these tests; keep their logs
@@ -582,5 +993,15 @@ Suite *bootstrap_suite(void)
     tcase_add_test(jobs, test_garbage_refused_on_the_wire);
     tcase_add_test(jobs, test_oversized_hello_refused);
     suite_add_tcase(s, jobs);
+
+    TCase *auth = tcase_create("auth");
+    tcase_add_checked_fixture(auth, quiet, NULL);
+    tcase_set_timeout(auth, 40);
+    tcase_add_test(auth, test_token_never_on_the_wire);
+    tcase_add_test(auth, test_replayed_handshake_refused);
+    tcase_add_test(auth, test_wrong_token_refused_token_not_logged);
+    tcase_add_test(auth, test_strangers_do_not_stall_the_job);
+    tcase_add_test(auth, test_tampered_frame_refused);
+    suite_add_tcase(s, auth);
     return s;
 }

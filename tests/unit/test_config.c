@@ -1,3 +1,4 @@
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,7 @@ START_TEST(test_defaults)
     ck_assert_str_eq(c.bootstrap, "127.0.0.1:18520");
     ck_assert_str_eq(c.job_token, "default");
     ck_assert_int_eq(c.bootstrap_timeout_ms, 60000);
+    ck_assert_int_eq(c.bootstrap_handshake_ms, 10000);
     ck_assert_str_eq(c.device, "");
     ck_assert_int_eq(c.ib_port, 0);
     ck_assert_int_eq(c.gid_index, -1);
@@ -62,6 +64,7 @@ static const char *const every_knob[] = {
     "SHS_BOOTSTRAP", "[fe80::2]:4242",
     "SHS_JOB_TOKEN", "job-77",
     "SHS_BOOTSTRAP_TIMEOUT_MS", "1234",
+    "SHS_BOOTSTRAP_HANDSHAKE_TIMEOUT_MS", "321",
     "SHS_DEVICE", "mlx5_1",
     "SHS_IB_PORT", "2",
     "SHS_GID_INDEX", "3",
@@ -94,6 +97,7 @@ START_TEST(test_every_knob_parses)
     ck_assert_str_eq(c.bootstrap, "[fe80::2]:4242");
     ck_assert_str_eq(c.job_token, "job-77");
     ck_assert_int_eq(c.bootstrap_timeout_ms, 1234);
+    ck_assert_int_eq(c.bootstrap_handshake_ms, 321);
     ck_assert_str_eq(c.device, "mlx5_1");
     ck_assert_int_eq(c.ib_port, 2);
     ck_assert_int_eq(c.gid_index, 3);
@@ -198,8 +202,24 @@ START_TEST(test_bad_value_rejected_and_named)
     ck_assert_int_eq(c.rank, 0x5a5a5a5a);
     const char *out = captured();
     char want[160];
-    snprintf(want, sizeof(want), "invalid %s=\"%s\"", name, value);
+    /* the job token is a secret: named, never shown */
+    bool secret = strcmp(name, "SHS_JOB_TOKEN") == 0;
+    snprintf(want, sizeof(want), "invalid %s=\"%s\"", name, secret ? "(hidden)" : value);
     ck_assert_msg(strstr(out, want) != NULL, "log \"%s\" lacks \"%s\"", out, want);
+    if (secret && value[0] != '\0')
+        ck_assert_msg(strstr(out, value) == NULL, "log \"%s\" shows the token", out);
+}
+END_TEST
+
+/* A token set in the environment is listed at SHS_LOG=info, never shown. */
+START_TEST(test_token_never_logged)
+{
+    const char *const env[] = {"SHS_LOG", "info", "SHS_JOB_TOKEN", "s3cret-Tok3n", NULL};
+    shs__config_t c;
+    ck_assert_int_eq(load(&c, env), SHS_OK);
+    ck_assert_str_eq(c.job_token, "s3cret-Tok3n");
+    ck_assert_ptr_nonnull(strstr(captured(), "SHS_JOB_TOKEN=(hidden)"));
+    ck_assert_ptr_null(strstr(captured(), "s3cret"));
 }
 END_TEST
 
@@ -431,6 +451,7 @@ Suite *config_suite(void)
     tcase_add_checked_fixture(tc, capture_start, capture_stop);
     tcase_add_test(tc, test_defaults);
     tcase_add_test(tc, test_every_knob_parses);
+    tcase_add_test(tc, test_token_never_logged);
     tcase_add_test(tc, test_every_table_entry_is_covered);
     tcase_add_test(tc, test_sizes_and_words);
     tcase_add_loop_test(tc, test_bad_value_rejected_and_named, 0,
