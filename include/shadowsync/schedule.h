@@ -19,10 +19,22 @@
  *   SHS_SCHED_GENERAL    any N and g: groups of g consecutive positions of a
  *                        round-dependent deterministic permutation (the last
  *                        group may be smaller); every pair of ranks shares a
- *                        group within a bounded number of rounds.
+ *                        group within a bounded number of rounds. The
+ *                        permutation is the rotation of the round-robin
+ *                        tournament ("circle method"): with M = N (N odd) or
+ *                        N - 1 (N even), any M consecutive rounds put every
+ *                        pair in one group when g is even, any 2M rounds when
+ *                        g is odd (shs_schedule_mix_rounds returns that
+ *                        bound). g = 2 meets the lower bound N - 1 for even N.
  *   SHS_SCHED_RANDOM     groups of g from a permutation drawn from a seeded
  *                        generator for each round (same seed: same groups on
- *                        every rank).
+ *                        every rank). The permutation is a keyed Feistel
+ *                        bijection, so a group costs O(g) to compute for any
+ *                        N; the mapping of a (seed, round) is fixed across
+ *                        versions of the library.
+ *
+ * With g >= N (GENERAL, RANDOM) the only group is all N ranks; with g = 1
+ * every rank is alone (no synchronization).
  *
  * All functions here are pure and thread-safe.
  */
@@ -78,6 +90,11 @@ SHS_API shs_status_t shs_schedule_group(const shs_schedule_t *sched, int nranks,
  * every rank has (transitively) mixed with every other: log_g N for the
  * hypercube, the bound of the general schedule, 1 for SHS_SCHED_ALL; 0 for
  * SHS_SCHED_RANDOM (no deterministic bound). Negative status on bad input.
+ * The bound holds for any window of that many consecutive rounds, not only
+ * from round 0. For the general schedule it is a bound on direct pairing
+ * (every pair shares a group), which implies transitive mixing; 1 when
+ * g >= N and N <= SHS_GROUP_MAX, 0 when g = 1 and N > 1 (never mixes). For
+ * N = 1 every kind returns 1.
  */
 SHS_API int shs_schedule_mix_rounds(const shs_schedule_t *sched, int nranks);
 

@@ -14,5 +14,6 @@
 #include <shadowsync/context.h>
 #include <shadowsync/region.h>
 #include <shadowsync/rma.h>
+#include <shadowsync/schedule.h>
 
 #endif /* SHADOWSYNC_SHADOWSYNC_H */

@@ -18,6 +18,7 @@ static const struct {
     {"bootstrap", bootstrap_suite},
     {"memory", memory_suite},
     {"transport", transport_suite},
+    {"schedule", schedule_suite},
     {"shadow", shadow_suite},
 };
 

@@ -10,6 +10,7 @@ Suite *config_suite(void);
 Suite *bootstrap_suite(void);
 Suite *memory_suite(void);
 Suite *transport_suite(void);
+Suite *schedule_suite(void);
 Suite *shadow_suite(void);
 
 #endif
