@@ -390,14 +390,25 @@ shs_status_t shs_progress(shs_ctx_t *ctx)
     return shs__poll(ctx) < 0 ? SHS_ERR_DEVICE : SHS_OK;
 }
 
-/* Take one pending immediate of p and give its receive back. */
-static bool take_imm(shs_ctx_t *ctx, shs__peer_t *p, uint32_t *imm_p)
+/* Take the oldest pending immediate of p whose value has (value & mask) ==
+ * match and give its receive back. Older entries that do not match move up
+ * one place, keeping their order for the callers that want them. */
+static bool take_imm(shs_ctx_t *ctx, shs__peer_t *p, uint32_t mask, uint32_t match,
+                     uint32_t *imm_p)
 {
-    if (p->imm_head == p->imm_tail)
+    unsigned k = p->imm_head;
+    while (k != p->imm_tail && (p->imm_val[k & p->imm_mask] & mask) != match)
+        k++;
+    if (k == p->imm_tail)
         return false;
-    unsigned h = p->imm_head & p->imm_mask;
+    unsigned h = k & p->imm_mask;
     shs__conn_t *conn = &p->conns[p->imm_conn[h]];
     *imm_p = p->imm_val[h];
+    for (; k != p->imm_head; k--) {
+        unsigned to = k & p->imm_mask, from = (k - 1) & p->imm_mask;
+        p->imm_val[to] = p->imm_val[from];
+        p->imm_conn[to] = p->imm_conn[from];
+    }
     p->imm_head++;
     struct ibv_recv_wr wr = {.wr_id = (uint64_t)conn->index | SHS__WRID_RECV};
     struct ibv_recv_wr *bad;
@@ -409,11 +420,12 @@ static bool take_imm(shs_ctx_t *ctx, shs__peer_t *p, uint32_t *imm_p)
 }
 
 /* One attempt: SHS_OK (taken), SHS_ERR_TIMEOUT (nothing), SHS_ERR_PEER_FAILED. */
-static shs_status_t try_imm(shs_ctx_t *ctx, int peer, int *peer_p, uint32_t *imm_p)
+static shs_status_t try_imm(shs_ctx_t *ctx, int peer, uint32_t mask, uint32_t match,
+                            int *peer_p, uint32_t *imm_p)
 {
     if (peer != SHS_PEER_ANY) {
         shs__peer_t *p = &ctx->peers[peer];
-        if (take_imm(ctx, p, imm_p)) {
+        if (take_imm(ctx, p, mask, match, imm_p)) {
             if (peer_p != NULL)
                 *peer_p = peer;
             return SHS_OK;
@@ -426,7 +438,7 @@ static shs_status_t try_imm(shs_ctx_t *ctx, int peer, int *peer_p, uint32_t *imm
         if (r == ctx->rank)
             continue;
         shs__peer_t *p = &ctx->peers[r];
-        if (take_imm(ctx, p, imm_p)) {
+        if (take_imm(ctx, p, mask, match, imm_p)) {
             ctx->imm_rr = (unsigned)r + 1;
             if (peer_p != NULL)
                 *peer_p = r;
@@ -438,27 +450,39 @@ static shs_status_t try_imm(shs_ctx_t *ctx, int peer, int *peer_p, uint32_t *imm
     return any_alive ? SHS_ERR_TIMEOUT : SHS_ERR_PEER_FAILED;
 }
 
-shs_status_t shs_poll_imm(shs_ctx_t *ctx, int peer, int *peer_p, uint32_t *imm_p)
+shs_status_t shs_poll_imm_match(shs_ctx_t *ctx, int peer, uint32_t mask, uint32_t match,
+                                int *peer_p, uint32_t *imm_p)
 {
     if (ctx == NULL || imm_p == NULL || peer < SHS_PEER_ANY || peer >= ctx->size ||
-        peer == ctx->rank)
+        peer == ctx->rank || (match & ~mask) != 0)
         return SHS_ERR_INVALID_ARG;
     if (shs__poll(ctx) < 0)
         return SHS_ERR_DEVICE;
-    return try_imm(ctx, peer, peer_p, imm_p);
+    return try_imm(ctx, peer, mask, match, peer_p, imm_p);
+}
+
+shs_status_t shs_poll_imm(shs_ctx_t *ctx, int peer, int *peer_p, uint32_t *imm_p)
+{
+    return shs_poll_imm_match(ctx, peer, 0, 0, peer_p, imm_p);
 }
 
 shs_status_t shs_wait_imm(shs_ctx_t *ctx, int peer, int *peer_p, uint32_t *imm_p,
                           int timeout_ms)
 {
+    return shs_wait_imm_match(ctx, peer, 0, 0, peer_p, imm_p, timeout_ms);
+}
+
+shs_status_t shs_wait_imm_match(shs_ctx_t *ctx, int peer, uint32_t mask, uint32_t match,
+                                int *peer_p, uint32_t *imm_p, int timeout_ms)
+{
     if (ctx == NULL || imm_p == NULL || peer < SHS_PEER_ANY || peer >= ctx->size ||
-        peer == ctx->rank)
+        peer == ctx->rank || (match & ~mask) != 0)
         return SHS_ERR_INVALID_ARG;
     shs__deadline_t dl = shs__deadline_in_ms(timeout_ms < 0 ? ctx->cfg.op_timeout_ms
                                                             : timeout_ms);
     unsigned empty = 0;
     for (;;) {
-        shs_status_t status = try_imm(ctx, peer, peer_p, imm_p);
+        shs_status_t status = try_imm(ctx, peer, mask, match, peer_p, imm_p);
         if (status != SHS_ERR_TIMEOUT)
             return status;
         int n = shs__poll(ctx);

@@ -143,6 +143,26 @@ SHS_API shs_status_t shs_poll_imm(shs_ctx_t *ctx, int peer, int *peer_p,
 SHS_API shs_status_t shs_wait_imm(shs_ctx_t *ctx, int peer, int *peer_p,
                                   uint32_t *imm_p, int timeout_ms);
 
+/*
+ * shs_poll_imm_match / shs_wait_imm_match - as shs_poll_imm / shs_wait_imm,
+ * but take only an immediate whose value has (value & mask) == match: the
+ * oldest such one from peer (or, with SHS_PEER_ANY, from any peer). The
+ * immediates that do not match stay queued, in their order, for the calls
+ * that want them. This lets independent users of one context share a peer's
+ * notifications by reserving bits of the value as a channel (the collectives,
+ * collective.h, use the top 8 bits); unconsumed immediates of every channel
+ * count against the SHS_RQ_DEPTH receives of the peer. mask 0 (match 0)
+ * takes any immediate, like shs_poll_imm / shs_wait_imm.
+ *
+ * Status: as shs_poll_imm / shs_wait_imm; SHS_ERR_INVALID_ARG also when
+ * match has bits outside mask. Cost: a scan of the peer's pending immediates.
+ */
+SHS_API shs_status_t shs_poll_imm_match(shs_ctx_t *ctx, int peer, uint32_t mask,
+                                        uint32_t match, int *peer_p, uint32_t *imm_p);
+SHS_API shs_status_t shs_wait_imm_match(shs_ctx_t *ctx, int peer, uint32_t mask,
+                                        uint32_t match, int *peer_p, uint32_t *imm_p,
+                                        int timeout_ms);
+
 #ifdef __cplusplus
 }
 #endif
