@@ -149,6 +149,31 @@ static const knob_t knobs[] = {
      * a round (rounds take milliseconds). */
     KNOB_INT("SHS_SHADOW_BACKOFF_US", shadow_backoff_us, "200", 0, 1000000,
              "longest sleep between two polls of a peer's snapshot stamp (us)"),
+    /* 256 KiB: large enough that the per-chunk costs (a work request, an
+     * immediate, a credit, a poll) vanish next to the transfer, small enough
+     * that a ring of 8 still cuts a 16 MiB buffer into 8 chunks per segment
+     * to pipeline. */
+    KNOB_SIZE("SHS_COLL_CHUNK", coll_chunk, "256k", 64, 1ll << 30,
+              "collectives: bytes per pipelined chunk = per inbox slot (k/m/g; a multiple of 8)"),
+    /* 4: two chunks in flight while two are reduced keeps the link and the
+     * reduction busy; 2 * slots notifications per peer stay far below
+     * SHS_RQ_DEPTH. */
+    KNOB_INT("SHS_COLL_SLOTS", coll_slots, "4", 1, 64,
+             "collectives: inbox slots (credits) a receiver grants its left neighbour"),
+    /* 16 MiB: one pass for the buffers the benchmarks use; larger buffers
+     * take several passes of the ring, smaller ones cost nothing extra. */
+    KNOB_SIZE("SHS_COLL_STAGE", coll_stage, "16m", 0, 1ll << 40,
+              "collectives: registered staging bytes for shs_allreduce on unregistered memory "
+              "(0 = none)"),
+    /* 0xc5: any fixed value; it only has to differ from the channels of the
+     * context's other users of immediates. */
+    KNOB_INT("SHS_COLL_CHANNEL", coll_channel, "197", 0, 255,
+             "collectives: channel in the top 8 bits of their immediates"),
+    /* 64: a few microseconds of polling catch a chunk that is about to land;
+     * beyond that a waiting rank yields, which matters when ranks outnumber
+     * cores (a software RDMA device needs the CPU to move the data). */
+    KNOB_INT("SHS_COLL_SPIN", coll_spin, "64", 0, 1 << 30,
+             "collectives: empty polls before a waiting rank yields its CPU"),
 };
 
 #define KNOB_COUNT (sizeof(knobs) / sizeof(knobs[0]))

@@ -61,6 +61,12 @@ typedef struct shs__config {
     int shadow_wait_ms;        /* SHS_SHADOW_WAIT_MS bound on waiting for a peer's snapshot */
     size_t shadow_chunk;       /* SHS_SHADOW_CHUNK pull granularity (bytes) */
     int shadow_backoff_us;     /* SHS_SHADOW_BACKOFF_US longest sleep between polls */
+    /* collectives (algorithms/collective.c) */
+    size_t coll_chunk;         /* SHS_COLL_CHUNK bytes per inbox slot (pipelined chunk) */
+    int coll_slots;            /* SHS_COLL_SLOTS inbox slots (credits) per receiver */
+    size_t coll_stage;         /* SHS_COLL_STAGE staging bytes for unregistered buffers */
+    int coll_channel;          /* SHS_COLL_CHANNEL top 8 bits of the immediates */
+    int coll_spin;             /* SHS_COLL_SPIN empty polls before yielding the CPU */
 } shs__config_t;
 
 /* Fill *cfg with defaults, then the environment (and launcher variables).

@@ -15,5 +15,6 @@
 #include <shadowsync/region.h>
 #include <shadowsync/rma.h>
 #include <shadowsync/schedule.h>
+#include <shadowsync/collective.h>
 
 #endif /* SHADOWSYNC_SHADOWSYNC_H */

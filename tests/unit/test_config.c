@@ -84,6 +84,11 @@ static const char *const every_knob[] = {
     "SHS_SHADOW_WAIT_MS", "4321",
     "SHS_SHADOW_CHUNK", "256k",
     "SHS_SHADOW_BACKOFF_US", "50",
+    "SHS_COLL_CHUNK", "64k",
+    "SHS_COLL_SLOTS", "8",
+    "SHS_COLL_STAGE", "0",
+    "SHS_COLL_CHANNEL", "7",
+    "SHS_COLL_SPIN", "1000",
     NULL,
 };
 
@@ -117,6 +122,11 @@ START_TEST(test_every_knob_parses)
     ck_assert_int_eq(c.shadow_wait_ms, 4321);
     ck_assert_uint_eq(c.shadow_chunk, 256 * 1024);
     ck_assert_int_eq(c.shadow_backoff_us, 50);
+    ck_assert_uint_eq(c.coll_chunk, 65536);
+    ck_assert_int_eq(c.coll_slots, 8);
+    ck_assert_uint_eq(c.coll_stage, 0);
+    ck_assert_int_eq(c.coll_channel, 7);
+    ck_assert_int_eq(c.coll_spin, 1000);
 }
 END_TEST
 

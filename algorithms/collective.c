@@ -1,0 +1,678 @@
+/* Pipelined ring allreduce (reduce-scatter + allgather) over a group, on the
+ * transport's public API: WRITE with immediate into credit-controlled inbox
+ * slots registered at setup. The protocol is described in
+ * include/shadowsync/collective.h; the comments here say why it is safe. */
+#include <sched.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <shadowsync/collective.h>
+#include <shadowsync/rma.h>
+
+#include "algorithms/reduce.h"
+#include "runtime/clock.h"
+#include "runtime/config.h"
+#include "runtime/log.h"
+
+/* Immediate layout: channel (8 bits) | kind (2 bits) | payload (22 bits).
+ * The payload carries the low bits of a sequence number that both sides
+ * know, so a lost, repeated or foreign notification is caught at once. */
+#define IMM_CHAN_SHIFT 24
+#define IMM_KIND_SHIFT 22
+#define IMM_SEQ_MASK ((1u << IMM_KIND_SHIFT) - 1)
+#define IMM_MATCH_MASK (~IMM_SEQ_MASK) /* channel and kind */
+enum { KIND_DATA = 0, KIND_CREDIT = 1, KIND_GRANT = 2 };
+
+/* The parameters every rank must agree on, compared at setup. */
+typedef struct coll_sig {
+    uint64_t magic;
+    uint64_t slot_bytes;
+    uint64_t stage_bytes;
+    uint32_t slots;
+    uint32_t channel;
+    uint64_t valid;          /* this rank's parameters passed their checks */
+} coll_sig_t;
+#define SIG_MAGIC 0x73687363u /* "shsc" */
+
+struct shs_coll {
+    shs_ctx_t *ctx;
+    int rank;
+    int size;
+    size_t slot_bytes;
+    int slots;
+    size_t stage_bytes;
+    uint32_t chan;           /* channel << IMM_CHAN_SHIFT */
+    int timeout_ms;
+    int spin;
+    shs_region_t *inbox;     /* slots * slot_bytes; left neighbours write here */
+    shs_region_t *stage;     /* stage_bytes, or NULL */
+    /* Per peer, the calls in which this rank received from / sent to it:
+     * the sequence of the grant that opens the next such call. */
+    uint32_t *grants_given;  /* as receiver, to my left neighbour */
+    uint32_t *grants_taken;  /* as sender, from my right neighbour */
+    bool poisoned;
+    shs_coll_stats_t stats;
+};
+
+size_t shs_dtype_size(shs_dtype_t dtype)
+{
+    switch (dtype) {
+    case SHS_DTYPE_FLOAT32: return sizeof(float);
+    case SHS_DTYPE_FLOAT64: return sizeof(double);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ setup */
+
+/* Every rank writes its signature (its parameters, and whether they were
+ * valid) into slot [me] of every peer's table; after a barrier each rank
+ * compares the whole table, so all ranks reach the same verdict before any
+ * of them registers an inbox whose length depends on the parameters. */
+static shs_status_t check_same_params(shs_coll_t *coll, shs_status_t local)
+{
+    shs_ctx_t *ctx = coll->ctx;
+    int n = coll->size, me = coll->rank;
+    size_t len = (size_t)n * sizeof(coll_sig_t);
+    shs_region_t *table = NULL;
+    shs_status_t st = shs_region_alloc(ctx, len, SHS_ACCESS_REMOTE_WRITE, &table);
+    if (st != SHS_OK)
+        return st;
+    coll_sig_t *sig = shs_region_addr(table);
+    sig[me] = (coll_sig_t){.magic = SIG_MAGIC, .slot_bytes = coll->slot_bytes,
+                           .stage_bytes = coll->stage_bytes, .slots = (uint32_t)coll->slots,
+                           .channel = coll->chan >> IMM_CHAN_SHIFT,
+                           .valid = local == SHS_OK};
+    size_t off = (size_t)me * sizeof(coll_sig_t);
+    for (int p = 0; p < n && st == SHS_OK; p++)
+        if (p != me)
+            st = shs_write(ctx, p, table, off, table, off, sizeof(coll_sig_t), 0);
+    if (st == SHS_OK && n > 1)
+        st = shs_flush(ctx, SHS_PEER_ALL, coll->timeout_ms);
+    if (st == SHS_OK)
+        st = shs_ctx_barrier(ctx);
+    for (int p = 0; p < n && st == SHS_OK; p++) {
+        if (!sig[p].valid) {
+            if (p != me)
+                SHS_ERROR("collective setup: rank %d has invalid SHS_COLL_* parameters", p);
+            st = p == me ? local : SHS_ERR_SIZE_MISMATCH;
+        } else if (memcmp(&sig[p], &sig[me], sizeof(coll_sig_t)) != 0 && sig[me].valid) {
+            SHS_ERROR("collective setup: rank %d uses chunk %llu, %u slots, stage %llu, "
+                      "channel %u; this rank uses chunk %zu, %d slots, stage %zu, channel %u: "
+                      "every rank must use the same SHS_COLL_* values", p,
+                      (unsigned long long)sig[p].slot_bytes, sig[p].slots,
+                      (unsigned long long)sig[p].stage_bytes, sig[p].channel, coll->slot_bytes,
+                      coll->slots, coll->stage_bytes, coll->chan >> IMM_CHAN_SHIFT);
+            st = SHS_ERR_SIZE_MISMATCH;
+        }
+    }
+    if (st == SHS_OK && local != SHS_OK)
+        st = local;
+    /* nobody may still be writing into the table when it goes away */
+    if (st != SHS_ERR_PEER_FAILED && st != SHS_ERR_TIMEOUT) {
+        shs_status_t st2 = shs_ctx_barrier(ctx);
+        if (st == SHS_OK)
+            st = st2;
+    }
+    shs_region_destroy(table);
+    return st;
+}
+
+static shs_status_t apply_params(shs_coll_t *coll, const shs_coll_params_t *params,
+                                 const shs__config_t *cfg)
+{
+    coll->slot_bytes = cfg->coll_chunk;
+    coll->slots = cfg->coll_slots;
+    coll->stage_bytes = cfg->coll_stage;
+    int channel = cfg->coll_channel;
+    coll->timeout_ms = cfg->op_timeout_ms;
+    coll->spin = cfg->coll_spin;
+    if (params != NULL) {
+        uint64_t m = params->field_mask;
+        if (m & SHS_COLL_PARAM_SLOT_BYTES)
+            coll->slot_bytes = params->slot_bytes;
+        if (m & SHS_COLL_PARAM_SLOTS)
+            coll->slots = params->slots;
+        if (m & SHS_COLL_PARAM_STAGE_BYTES)
+            coll->stage_bytes = params->stage_bytes;
+        if (m & SHS_COLL_PARAM_CHANNEL)
+            channel = params->channel;
+        if (m & SHS_COLL_PARAM_TIMEOUT)
+            coll->timeout_ms = params->timeout_ms;
+    }
+    coll->chan = (uint32_t)(channel & 0xff) << IMM_CHAN_SHIFT;
+    if (coll->timeout_ms < 1)
+        coll->timeout_ms = cfg->op_timeout_ms; /* the setup itself needs a bound */
+    if (coll->slot_bytes < 64 || coll->slot_bytes % 8 != 0 ||
+        coll->slot_bytes > ((size_t)1 << 30)) {
+        SHS_ERROR("collectives: chunk of %zu bytes: expected a multiple of 8 in 64..1 GiB",
+                  coll->slot_bytes);
+        return SHS_ERR_CONFIG;
+    }
+    /* Per peer at most: `slots` data notifications (n = 2: the same peer
+     * is both neighbours, so also `slots` credits), a grant for this call
+     * and one for the next. */
+    if (coll->slots < 1 || coll->slots > 64 || 2 * coll->slots + 4 > cfg->rq_depth) {
+        SHS_ERROR("collectives: %d slots: expected 1..64 with 2 * slots + 4 <= "
+                  "SHS_RQ_DEPTH (%d)", coll->slots, cfg->rq_depth);
+        return SHS_ERR_CONFIG;
+    }
+    if (channel < 0 || channel > 255) {
+        SHS_ERROR("collectives: channel %d: expected 0..255", channel);
+        return SHS_ERR_CONFIG;
+    }
+    if (params != NULL && (params->field_mask & SHS_COLL_PARAM_TIMEOUT) &&
+        params->timeout_ms < 1) {
+        SHS_ERROR("collectives: timeout %d ms: expected > 0", params->timeout_ms);
+        return SHS_ERR_CONFIG;
+    }
+    return SHS_OK;
+}
+
+shs_status_t shs_coll_create(shs_ctx_t *ctx, const shs_coll_params_t *params,
+                             shs_coll_t **coll_p)
+{
+    if (ctx == NULL || coll_p == NULL)
+        return SHS_ERR_INVALID_ARG;
+    shs__config_t cfg;
+    shs_status_t st = shs__config_load(&cfg);
+    if (st != SHS_OK)
+        return st;
+    shs_coll_t *coll = calloc(1, sizeof(*coll));
+    if (coll == NULL)
+        return SHS_ERR_NO_MEMORY;
+    coll->ctx = ctx;
+    coll->rank = shs_ctx_rank(ctx);
+    coll->size = shs_ctx_size(ctx);
+    /* A bad parameter on one rank is reported to all through the check, so
+     * that no rank is left waiting in a registration the others skip. */
+    st = check_same_params(coll, apply_params(coll, params, &cfg));
+    if (st != SHS_OK)
+        goto err_free;
+
+    coll->grants_given = calloc((size_t)coll->size, sizeof(uint32_t));
+    coll->grants_taken = calloc((size_t)coll->size, sizeof(uint32_t));
+    if (coll->grants_given == NULL || coll->grants_taken == NULL) {
+        st = SHS_ERR_NO_MEMORY; /* the peers fail in the registration: bounded */
+        goto err_free;
+    }
+    st = shs_region_alloc(ctx, (size_t)coll->slots * coll->slot_bytes,
+                          SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_WRITE, &coll->inbox);
+    if (st != SHS_OK)
+        goto err_free;
+    /* the staging area is only a WRITE source: local access is enough */
+    if (coll->stage_bytes > 0) {
+        st = shs_region_alloc(ctx, coll->stage_bytes, SHS_ACCESS_LOCAL_WRITE, &coll->stage);
+        if (st != SHS_OK)
+            goto err_destroy_inbox;
+    }
+    SHS_DEBUG("collectives: %d slots of %zu bytes, stage %zu bytes, channel %u",
+              coll->slots, coll->slot_bytes, coll->stage_bytes, coll->chan >> IMM_CHAN_SHIFT);
+    *coll_p = coll;
+    return SHS_OK;
+
+err_destroy_inbox:
+    shs_region_destroy(coll->inbox);
+err_free:
+    free(coll->grants_taken);
+    free(coll->grants_given);
+    free(coll);
+    return st;
+}
+
+void shs_coll_destroy(shs_coll_t *coll)
+{
+    if (coll == NULL)
+        return;
+    shs_region_destroy(coll->stage);
+    shs_region_destroy(coll->inbox);
+    free(coll->grants_taken);
+    free(coll->grants_given);
+    free(coll);
+}
+
+shs_status_t shs_coll_get_stats(const shs_coll_t *coll, shs_coll_stats_t *stats_p)
+{
+    if (coll == NULL || stats_p == NULL)
+        return SHS_ERR_INVALID_ARG;
+    *stats_p = coll->stats;
+    return SHS_OK;
+}
+
+/* ------------------------------------------------------------------- ring */
+
+/* One call's state, on the stack. Items are the chunks a rank sends to its
+ * right neighbour, numbered in sending order over the 2(n-1) steps; step u
+ * sends segment (me - u) mod n and receives segment (me - 1 - u) mod n, so
+ * the receive stream of a rank is the send stream of its left neighbour.
+ * Send item (u, c), u >= 1, forwards what receive item (u - 1, c) produced. */
+typedef struct ring {
+    shs_coll_t *coll;
+    int n, me, left, right;
+    shs_region_t *reg;
+    size_t reg_off;          /* byte offset of element 0 in reg */
+    char *base;              /* its address */
+    size_t es;               /* element size */
+    shs_dtype_t dtype;
+    shs_reduce_t op;
+    size_t count;
+    size_t q, rem;           /* segment j: q + (j < rem) elements */
+    size_t chunk_elems;
+
+    uint64_t send_total, recv_total;
+    uint64_t sent;           /* send items posted */
+    uint64_t arrived;        /* data notifications taken */
+    uint64_t done;           /* receive items reduced or copied */
+    uint64_t credits;        /* slots of the right neighbour this rank may fill */
+    uint64_t credits_in;     /* credit notifications taken */
+    bool granted;
+
+    int su;                  /* send cursor: step and chunk */
+    size_t sc;
+    uint64_t dep_base;       /* receive index of (su - 1, 0) */
+    int ru;                  /* receive cursor */
+    size_t rc;
+} ring_t;
+
+static inline int mod(int a, int n)
+{
+    a %= n;
+    return a < 0 ? a + n : a;
+}
+
+static inline size_t seg_len(const ring_t *r, int j)
+{
+    return r->q + ((size_t)j < r->rem);
+}
+
+static inline size_t seg_off(const ring_t *r, int j)
+{
+    return (size_t)j * r->q + ((size_t)j < r->rem ? (size_t)j : r->rem);
+}
+
+static inline size_t seg_chunks(const ring_t *r, int j)
+{
+    return (seg_len(r, j) + r->chunk_elems - 1) / r->chunk_elems;
+}
+
+static inline int send_seg(const ring_t *r, int u)
+{
+    return mod(r->me - u, r->n);
+}
+
+static inline int recv_seg(const ring_t *r, int u)
+{
+    return mod(r->me - 1 - u, r->n);
+}
+
+/* Element range [*off, *off + *len) of chunk c of segment j. */
+static inline void chunk_range(const ring_t *r, int j, size_t c, size_t *off, size_t *len)
+{
+    size_t start = c * r->chunk_elems, l = seg_len(r, j) - start;
+    *off = seg_off(r, j) + start;
+    *len = l < r->chunk_elems ? l : r->chunk_elems;
+}
+
+/* Move a cursor past steps that have no chunks (segments of zero elements). */
+static void send_cursor_settle(ring_t *r)
+{
+    int steps = 2 * (r->n - 1);
+    while (r->su < steps && r->sc >= seg_chunks(r, send_seg(r, r->su))) {
+        if (r->su >= 1)
+            r->dep_base += seg_chunks(r, recv_seg(r, r->su - 1));
+        r->su++;
+        r->sc = 0;
+    }
+}
+
+static void recv_cursor_settle(ring_t *r)
+{
+    int steps = 2 * (r->n - 1);
+    while (r->ru < steps && r->rc >= seg_chunks(r, recv_seg(r, r->ru))) {
+        r->ru++;
+        r->rc = 0;
+    }
+}
+
+/* The transport has logged a failure it detected; a timeout is detected
+ * here. Either way the collective is poisoned: an abandoned call may still
+ * have writes in flight towards an inbox. */
+static shs_status_t ring_fail(ring_t *r, shs_status_t st, int peer, const char *what)
+{
+    r->coll->poisoned = true;
+    if (st == SHS_ERR_TIMEOUT)
+        SHS_ERROR("allreduce over %d ranks: %s peer %d for %d ms (SHS_OP_TIMEOUT_MS): peer "
+                  "dead, or not in the same call? (collective disabled)", r->n, what, peer,
+                  r->coll->timeout_ms);
+    else
+        SHS_WARN("allreduce over %d ranks: %s peer %d: %s (collective disabled)", r->n, what,
+                 peer, shs_status_string(st));
+    return st;
+}
+
+static shs_status_t protocol_error(ring_t *r, int peer, const char *what, uint32_t got,
+                                   uint64_t want)
+{
+    r->coll->poisoned = true;
+    SHS_ERROR("allreduce over %d ranks: %s from peer %d carries %u, expected %llu: the "
+              "ranks disagree on the group, count, type or order of calls (collective "
+              "disabled)", r->n, what, peer, got & IMM_SEQ_MASK,
+              (unsigned long long)(want & IMM_SEQ_MASK));
+    return SHS_ERR_PROTOCOL;
+}
+
+static inline uint32_t imm_of(const ring_t *r, int kind, uint64_t seq)
+{
+    return r->coll->chan | ((uint32_t)kind << IMM_KIND_SHIFT) | ((uint32_t)seq & IMM_SEQ_MASK);
+}
+
+/* Zero-length write with immediate: a grant or a credit to the left. */
+static shs_status_t notify_left(ring_t *r, int kind, uint64_t seq)
+{
+    shs_coll_t *coll = r->coll;
+    shs_status_t st = shs_write_imm(coll->ctx, r->left, coll->inbox, 0, coll->inbox, 0, 0,
+                                    imm_of(r, kind, seq), 0);
+    return st == SHS_OK ? st : ring_fail(r, st, r->left, "notifying");
+}
+
+/* Take the notifications that are there; *moved says whether any came. */
+static shs_status_t take_notifications(ring_t *r, bool *moved)
+{
+    shs_coll_t *coll = r->coll;
+    uint32_t imm;
+    shs_status_t st;
+
+    if (!r->granted && r->send_total > 0) {
+        st = shs_poll_imm_match(coll->ctx, r->right, IMM_MATCH_MASK,
+                                imm_of(r, KIND_GRANT, 0), NULL, &imm);
+        if (st == SHS_OK) {
+            uint32_t want = coll->grants_taken[r->right];
+            if ((imm & IMM_SEQ_MASK) != (want & IMM_SEQ_MASK))
+                return protocol_error(r, r->right, "a grant", imm, want);
+            coll->grants_taken[r->right] = want + 1;
+            r->granted = true;
+            r->credits = (uint64_t)coll->slots;
+            *moved = true;
+        } else if (st != SHS_ERR_TIMEOUT) {
+            return ring_fail(r, st, r->right, "waiting for the grant of");
+        }
+    }
+    while (r->granted && r->credits_in + (uint64_t)coll->slots < r->send_total) {
+        st = shs_poll_imm_match(coll->ctx, r->right, IMM_MATCH_MASK,
+                                imm_of(r, KIND_CREDIT, 0), NULL, &imm);
+        if (st == SHS_ERR_TIMEOUT)
+            break;
+        if (st != SHS_OK)
+            return ring_fail(r, st, r->right, "waiting for credit from");
+        if ((imm & IMM_SEQ_MASK) != (r->credits_in & IMM_SEQ_MASK))
+            return protocol_error(r, r->right, "a credit", imm, r->credits_in);
+        r->credits_in++;
+        r->credits++;
+        *moved = true;
+    }
+    while (r->arrived < r->recv_total) {
+        st = shs_poll_imm_match(coll->ctx, r->left, IMM_MATCH_MASK, imm_of(r, KIND_DATA, 0),
+                                NULL, &imm);
+        if (st == SHS_ERR_TIMEOUT)
+            break;
+        if (st != SHS_OK)
+            return ring_fail(r, st, r->left, "waiting for data from");
+        if ((imm & IMM_SEQ_MASK) != (r->arrived & IMM_SEQ_MASK))
+            return protocol_error(r, r->left, "a chunk", imm, r->arrived);
+        r->arrived++;
+        *moved = true;
+    }
+    return SHS_OK;
+}
+
+/* Post every send item whose data is final and for which a slot is free. */
+static shs_status_t post_sends(ring_t *r, bool *moved)
+{
+    shs_coll_t *coll = r->coll;
+    while (r->sent < r->send_total && r->credits > 0) {
+        if (r->su >= 1 && r->dep_base + r->sc >= r->done)
+            break; /* its receive item is not reduced yet */
+        int j = send_seg(r, r->su);
+        size_t off, len;
+        chunk_range(r, j, r->sc, &off, &len);
+        size_t slot = (size_t)(r->sent % (uint64_t)coll->slots);
+        bool last = r->sent + 1 == r->send_total;
+        shs_status_t st = shs_write_imm(coll->ctx, r->right, r->reg, r->reg_off + off * r->es,
+                                        coll->inbox, slot * coll->slot_bytes, len * r->es,
+                                        imm_of(r, KIND_DATA, r->sent),
+                                        last ? SHS_OP_SIGNAL : 0);
+        if (st != SHS_OK)
+            return ring_fail(r, st, r->right, "writing to");
+        r->sent++;
+        r->credits--;
+        coll->stats.bytes_sent += len * r->es;
+        coll->stats.chunks_sent++;
+        r->sc++;
+        send_cursor_settle(r);
+        *moved = true;
+    }
+    return SHS_OK;
+}
+
+static void reduce_chunk(const ring_t *r, void *dst, const void *src, size_t len, bool last_rs)
+{
+    bool scale = last_rs && r->op == SHS_REDUCE_AVG;
+    if (r->dtype == SHS_DTYPE_FLOAT32) {
+        if (scale)
+            shs__reduce_sum_scale_f32(dst, src, len, (float)(1.0 / r->n));
+        else
+            shs__reduce_sum_f32(dst, src, len);
+    } else {
+        if (scale)
+            shs__reduce_sum_scale_f64(dst, src, len, 1.0 / r->n);
+        else
+            shs__reduce_sum_f64(dst, src, len);
+    }
+}
+
+/* Reduce (reduce-scatter) or copy (allgather) one arrived chunk from its
+ * inbox slot into the buffer, then give the slot back if the left
+ * neighbour still needs it.
+ *
+ * Why the allgather may overwrite a chunk this rank sent earlier without
+ * waiting for that send's completion: the chunk it writes there comes from
+ * the left neighbour only after the data went all the way round the ring,
+ * i.e. after the right neighbour received (and acted on) the earlier send.
+ * Once the responder has the data, the requester reads its buffer again
+ * only to retransmit, and the responder discards duplicate WRITE payloads
+ * (InfiniBand C9-105). The call still flushes its sends before returning,
+ * when the caller gets the buffer back. */
+static shs_status_t process_one(ring_t *r)
+{
+    shs_coll_t *coll = r->coll;
+    int j = recv_seg(r, r->ru);
+    size_t off, len;
+    chunk_range(r, j, r->rc, &off, &len);
+    const char *slot = (const char *)shs_region_addr(coll->inbox) +
+                       (size_t)(r->done % (uint64_t)coll->slots) * coll->slot_bytes;
+    char *dst = r->base + off * r->es;
+    if (r->ru < r->n - 1)
+        reduce_chunk(r, dst, slot, len, r->ru == r->n - 2);
+    else
+        memcpy(dst, slot, len * r->es);
+    uint64_t item = r->done++;
+    r->rc++;
+    recv_cursor_settle(r);
+    if (item + (uint64_t)coll->slots < r->recv_total)
+        return notify_left(r, KIND_CREDIT, item);
+    return SHS_OK;
+}
+
+static uint64_t stream_total(const ring_t *r, int (*seg)(const ring_t *, int))
+{
+    uint64_t t = 0;
+    for (int u = 0; u < 2 * (r->n - 1); u++)
+        t += seg_chunks(r, seg(r, u));
+    return t;
+}
+
+static shs_status_t ring_run(ring_t *r)
+{
+    shs_coll_t *coll = r->coll;
+    shs_status_t st;
+
+    r->q = r->count / (size_t)r->n;
+    r->rem = r->count % (size_t)r->n;
+    r->chunk_elems = coll->slot_bytes / r->es;
+    r->send_total = stream_total(r, send_seg);
+    r->recv_total = stream_total(r, recv_seg);
+    send_cursor_settle(r);
+    recv_cursor_settle(r);
+    if (r->send_total == 0 && r->recv_total == 0)
+        return SHS_OK;
+    coll->stats.calls++;
+
+    /* The grant opens this call's traffic: the inbox is ours to hand out
+     * now, since all data of our previous call has been consumed. */
+    if (r->recv_total > 0) {
+        st = notify_left(r, KIND_GRANT, coll->grants_given[r->left]++);
+        if (st != SHS_OK)
+            return st;
+    }
+
+    uint64_t last_progress = shs__now_ns();
+    uint64_t limit_ns = (uint64_t)coll->timeout_ms * 1000000ull;
+    int empty = 0;
+    while (r->done < r->recv_total || r->sent < r->send_total) {
+        bool moved = false;
+        st = take_notifications(r, &moved);
+        if (st == SHS_OK)
+            st = post_sends(r, &moved);
+        if (st == SHS_OK && r->done < r->arrived) {
+            st = process_one(r);
+            moved = true;
+        }
+        if (st != SHS_OK)
+            return st;
+        if (moved) {
+            empty = 0;
+            last_progress = 0;
+            continue;
+        }
+        coll->stats.idle_polls++;
+        uint64_t now = shs__now_ns();
+        if (last_progress == 0)
+            last_progress = now;
+        if (now - last_progress > limit_ns) {
+            bool want_data = r->done < r->recv_total;
+            return ring_fail(r, SHS_ERR_TIMEOUT, want_data ? r->left : r->right,
+                             want_data ? "no data from" : "no grant or credit from");
+        }
+        if (++empty > coll->spin)
+            sched_yield();
+    }
+    /* the caller gets the buffer back: our writes must have left it */
+    if (r->send_total > 0) {
+        st = shs_flush(coll->ctx, r->right, coll->timeout_ms);
+        if (st != SHS_OK)
+            return ring_fail(r, st, r->right, "flushing the writes to");
+    }
+    return SHS_OK;
+}
+
+/* ------------------------------------------------------------------- API */
+
+static shs_status_t check_call(shs_coll_t *coll, const shs_group_t *group, shs_dtype_t dtype,
+                               shs_reduce_t op, int *n_p, int *me_p)
+{
+    if (coll == NULL || shs_dtype_size(dtype) == 0 ||
+        (op != SHS_REDUCE_SUM && op != SHS_REDUCE_AVG))
+        return SHS_ERR_INVALID_ARG;
+    if (coll->poisoned)
+        return SHS_ERR_BAD_STATE;
+    if (group == NULL) {
+        *n_p = coll->size;
+        *me_p = coll->rank;
+        return SHS_OK;
+    }
+    if (group->size < 1 || group->size > SHS_GROUP_MAX || group->index < 0 ||
+        group->index >= group->size || group->ranks[group->index] != coll->rank)
+        return SHS_ERR_INVALID_ARG;
+    for (int a = 0; a < group->size; a++) {
+        if (group->ranks[a] < 0 || group->ranks[a] >= coll->size)
+            return SHS_ERR_INVALID_ARG;
+        for (int b = 0; b < a; b++)
+            if (group->ranks[a] == group->ranks[b])
+                return SHS_ERR_INVALID_ARG;
+    }
+    *n_p = group->size;
+    *me_p = group->index;
+    return SHS_OK;
+}
+
+static void ring_init(ring_t *r, shs_coll_t *coll, const shs_group_t *group, int n, int me,
+                      shs_region_t *reg, size_t off, size_t count, shs_dtype_t dtype,
+                      shs_reduce_t op)
+{
+    memset(r, 0, sizeof(*r));
+    r->coll = coll;
+    r->n = n;
+    r->me = me;
+    r->left = group == NULL ? mod(me - 1, n) : group->ranks[mod(me - 1, n)];
+    r->right = group == NULL ? mod(me + 1, n) : group->ranks[mod(me + 1, n)];
+    r->reg = reg;
+    r->reg_off = off;
+    r->base = (char *)shs_region_addr(reg) + off;
+    r->es = shs_dtype_size(dtype);
+    r->dtype = dtype;
+    r->op = op;
+    r->count = count;
+}
+
+shs_status_t shs_allreduce_region(shs_coll_t *coll, const shs_group_t *group,
+                                  shs_region_t *region, size_t offset, size_t count,
+                                  shs_dtype_t dtype, shs_reduce_t op)
+{
+    int n, me;
+    shs_status_t st = check_call(coll, group, dtype, op, &n, &me);
+    if (st != SHS_OK)
+        return st;
+    if (region == NULL)
+        return SHS_ERR_INVALID_ARG;
+    size_t es = shs_dtype_size(dtype), len = shs_region_len(region);
+    if (offset % es != 0 || offset > len || count > (len - offset) / es)
+        return SHS_ERR_OUT_OF_BOUNDS;
+    if (n == 1 || count == 0)
+        return SHS_OK;
+    ring_t r;
+    ring_init(&r, coll, group, n, me, region, offset, count, dtype, op);
+    return ring_run(&r);
+}
+
+shs_status_t shs_allreduce(shs_coll_t *coll, const shs_group_t *group, void *buf,
+                           size_t count, shs_dtype_t dtype, shs_reduce_t op)
+{
+    int n, me;
+    shs_status_t st = check_call(coll, group, dtype, op, &n, &me);
+    if (st != SHS_OK)
+        return st;
+    if (n == 1 || count == 0)
+        return SHS_OK;
+    if (buf == NULL)
+        return SHS_ERR_INVALID_ARG;
+    if (coll->stage == NULL)
+        return SHS_ERR_UNSUPPORTED;
+    size_t es = shs_dtype_size(dtype);
+    size_t pass = coll->stage_bytes / es;
+    if (pass == 0)
+        return SHS_ERR_UNSUPPORTED;
+    char *user = buf, *stage = shs_region_addr(coll->stage);
+    for (size_t done = 0; done < count; done += pass) {
+        size_t k = count - done < pass ? count - done : pass;
+        memcpy(stage, user + done * es, k * es);
+        ring_t r;
+        ring_init(&r, coll, group, n, me, coll->stage, 0, k, dtype, op);
+        st = ring_run(&r);
+        if (st != SHS_OK)
+            return st;
+        memcpy(user + done * es, stage, k * es);
+    }
+    return SHS_OK;
+}

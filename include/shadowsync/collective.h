@@ -1,0 +1,180 @@
+/*
+ * shadowsync: collectives. A pipelined ring allreduce over any group of
+ * ranks (a DS-Sync group of schedule.h, or all ranks).
+ *
+ * Algorithm. Reduce-scatter then allgather around the ring of the group's
+ * members in the order of group->ranks: the buffer is cut into n segments
+ * (n = group size; any count, the first count % n segments one element
+ * longer), each segment into chunks of at most slot_bytes, and the chunks
+ * stream to the right neighbour so that the link, the reduction and the
+ * next hop overlap. Each rank therefore sends and receives
+ * 2 (n-1)/n * count elements. Data moves by RDMA WRITE with immediate into
+ * the right neighbour's inbox: `slots` slots of slot_bytes, registered once
+ * by shs_coll_create() and never per call. Credit-based flow control: a
+ * sender writes a slot only after the receiver has granted it, so a slow
+ * peer is never overrun and never has more than `slots` notifications
+ * outstanding per peer (the transport's SHS_RQ_DEPTH bound). Each call
+ * starts with a grant from receiver to sender, which is what makes groups
+ * that change from call to call safe (a rank's inbox is written only by its
+ * current left neighbour, and only once that rank has finished with its
+ * previous call). The segment a rank reduces last is scaled there for
+ * SHS_REDUCE_AVG, and the allgather copies results, so every member ends
+ * with bit-identical values.
+ *
+ * Groups. The members of one group call shs_allreduce() with the same group
+ * (same ranks in the same order), count, dtype and op; ranks outside it do
+ * not take part. The disjoint groups of a DS-Sync round run concurrently
+ * over the connections the context made at creation: no connection,
+ * registration or rendezvous happens in a call. A group of one rank is a
+ * no-op (SUM and AVG of one value are that value).
+ *
+ * User buffers. shs_allreduce() takes any memory: it copies the buffer into
+ * the collective's registered staging area (stage_bytes), reduces there and
+ * copies the result back, in passes of stage_bytes when the buffer is
+ * larger (so any count works, in count / stage_bytes rounds of the ring).
+ * shs_allreduce_region() takes data that already lives in a region of the
+ * context (region.h): no copy at all, the NIC reads the region directly. Use
+ * it for large or frequent reductions (the model, a snapshot); the staged
+ * call costs two extra passes over memory, which is noise next to a
+ * software RDMA device but not next to a 100 Gb/s NIC.
+ *
+ * Channels. Immediates of a collective carry its channel in their top 8
+ * bits (rma.h, shs_poll_imm_match), so other users of the context's
+ * immediates (for example the shadow engine's owner inbox) are left alone
+ * as long as they use other values of those bits.
+ *
+ * Hot path: no allocation, no lock, no system call beyond posting, polling
+ * and sched_yield() while idle. Every wait is bounded by timeout_ms without
+ * progress. A failure (peer failed, timeout, protocol violation) is logged
+ * once with the peer named and poisons the collective: later calls return
+ * SHS_ERR_BAD_STATE, because an abandoned call may still have data in
+ * flight towards the inbox.
+ *
+ * Threads: like the context, a collective is driven by one thread at a
+ * time, and that thread must be the only one using the context meanwhile.
+ */
+#ifndef SHADOWSYNC_COLLECTIVE_H
+#define SHADOWSYNC_COLLECTIVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <shadowsync/context.h>
+#include <shadowsync/defs.h>
+#include <shadowsync/region.h>
+#include <shadowsync/schedule.h>
+#include <shadowsync/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Opaque: the layout is private to the library. */
+typedef struct shs_coll shs_coll_t;
+
+typedef enum shs_dtype {
+    SHS_DTYPE_FLOAT32 = 0,
+    SHS_DTYPE_FLOAT64 = 1
+} shs_dtype_t;
+
+typedef enum shs_reduce {
+    SHS_REDUCE_SUM = 0,
+    SHS_REDUCE_AVG = 1      /* the sum divided by the group size */
+} shs_reduce_t;
+
+/* Bits of shs_coll_params_t.field_mask: a field is used only when its bit
+ * is set; otherwise it comes from its SHS_COLL_* knob (or its default). */
+enum {
+    SHS_COLL_PARAM_SLOT_BYTES = 1u << 0,
+    SHS_COLL_PARAM_SLOTS = 1u << 1,
+    SHS_COLL_PARAM_STAGE_BYTES = 1u << 2,
+    SHS_COLL_PARAM_CHANNEL = 1u << 3,
+    SHS_COLL_PARAM_TIMEOUT = 1u << 4
+};
+
+typedef struct shs_coll_params {
+    uint64_t field_mask;  /* SHS_COLL_PARAM_* bits of the fields below that are set */
+    size_t slot_bytes;    /* bytes per inbox slot = per pipelined chunk, a multiple
+                             of 8 (SHS_COLL_CHUNK) */
+    int slots;            /* inbox slots = credits of the left neighbour, 1..64, with
+                             2 * slots + 4 <= SHS_RQ_DEPTH (SHS_COLL_SLOTS) */
+    size_t stage_bytes;   /* registered staging area of shs_allreduce(), the
+                             largest buffer reduced in one pass; 0: none, only
+                             shs_allreduce_region() (SHS_COLL_STAGE) */
+    int channel;          /* 0..255, top 8 bits of the immediates (SHS_COLL_CHANNEL) */
+    int timeout_ms;       /* bound on a wait without progress (SHS_OP_TIMEOUT_MS) */
+} shs_coll_params_t;
+
+/*
+ * shs_coll_create - set up collectives on ctx: register this rank's inbox
+ * (slots * slot_bytes) and staging area (stage_bytes) with the other ranks.
+ * Collective over ALL ranks of ctx (every rank calls it, in the same order
+ * relative to other collective calls on ctx, with the same parameters).
+ * params may be NULL (everything from the knobs). *coll_p is owned by the
+ * caller, released with shs_coll_destroy().
+ *
+ * Status: SHS_OK; SHS_ERR_INVALID_ARG (NULL ctx or coll_p); SHS_ERR_CONFIG
+ * (a parameter out of range, or slots too many for SHS_RQ_DEPTH);
+ * SHS_ERR_SIZE_MISMATCH (ranks passed different parameters: every rank
+ * fails); SHS_ERR_NO_MEMORY; and what shs_region_alloc() returns.
+ */
+SHS_API shs_status_t shs_coll_create(shs_ctx_t *ctx, const shs_coll_params_t *params,
+                                     shs_coll_t **coll_p);
+
+/*
+ * shs_coll_destroy - release the regions and the collective. Not collective,
+ * but no peer may still run a collective call that involves this rank: end
+ * with shs_ctx_barrier() first. NULL is ignored. Must precede
+ * shs_ctx_destroy().
+ */
+SHS_API void shs_coll_destroy(shs_coll_t *coll);
+
+/*
+ * shs_allreduce - reduce count elements of buf over the members of group,
+ * in place: on return every member's buf holds the elementwise sum (or
+ * average) of all members' buffers. group NULL means all ranks of the
+ * context in rank order; otherwise this rank must be group->ranks[group->index]
+ * and the ranks must be distinct and valid. buf is any memory (staged through
+ * the registered staging area, see above); buf may be NULL when count is 0.
+ * count 0 and groups of one rank return SHS_OK at once without
+ * communicating.
+ *
+ * Status: SHS_OK; SHS_ERR_INVALID_ARG (bad group, NULL buf with count > 0,
+ * unknown dtype or op); SHS_ERR_UNSUPPORTED (stage_bytes is 0: use
+ * shs_allreduce_region); SHS_ERR_BAD_STATE (an earlier call failed);
+ * SHS_ERR_PEER_FAILED, SHS_ERR_TIMEOUT, SHS_ERR_PROTOCOL, or a transport
+ * error, after which the collective is poisoned.
+ */
+SHS_API shs_status_t shs_allreduce(shs_coll_t *coll, const shs_group_t *group, void *buf,
+                                   size_t count, shs_dtype_t dtype, shs_reduce_t op);
+
+/*
+ * shs_allreduce_region - as shs_allreduce, on count elements that start at
+ * byte offset `offset` (a multiple of the element size) of region, a region
+ * of the same context with local access (any flags). Zero-copy: the device
+ * reads the region directly; the caller must not touch that range during
+ * the call. Status: as shs_allreduce, plus SHS_ERR_OUT_OF_BOUNDS.
+ */
+SHS_API shs_status_t shs_allreduce_region(shs_coll_t *coll, const shs_group_t *group,
+                                          shs_region_t *region, size_t offset, size_t count,
+                                          shs_dtype_t dtype, shs_reduce_t op);
+
+/* Counters of one rank's collective, since shs_coll_create(). */
+typedef struct shs_coll_stats {
+    uint64_t calls;          /* allreduce calls that communicated */
+    uint64_t bytes_sent;     /* payload bytes written to right neighbours */
+    uint64_t chunks_sent;    /* data writes (one per chunk) */
+    uint64_t idle_polls;     /* polls that found nothing to do */
+} shs_coll_stats_t;
+
+/* shs_coll_get_stats - copy the counters. Status: SHS_OK, SHS_ERR_INVALID_ARG. */
+SHS_API shs_status_t shs_coll_get_stats(const shs_coll_t *coll, shs_coll_stats_t *stats_p);
+
+/* shs_dtype_size - bytes per element of dtype (0 for an unknown type). */
+SHS_API size_t shs_dtype_size(shs_dtype_t dtype);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SHADOWSYNC_COLLECTIVE_H */

@@ -1,0 +1,483 @@
+/*
+ * Guest test of the collectives (and of the transport's channel-filtered
+ * immediates they rely on). One rank per process, started by
+ * tools/shs-launch (SHS_RANK, SHS_SIZE, SHS_BOOTSTRAP in the environment):
+ *
+ *   shs_test_coll allreduce [--large]   every count class (0, 1, N-1, primes,
+ *                 chunk boundaries, 1 Mi + 3), float32 and float64, sum and
+ *                 average, staged and zero-copy, all ranks and a subgroup,
+ *                 against a reference computed here; --large adds 64 Mi
+ *                 float32 elements (N = 2: 256 MiB per rank)
+ *   shs_test_coll dssync   3 rounds of the hypercube schedule with g = 2 on
+ *                 8 ranks holding 0..7: every element of every rank is exactly
+ *                 3.5; then 12 rounds of the general and random schedules,
+ *                 compared with a simulation of the schedule
+ *   shs_test_coll imm      shs_poll_imm_match / shs_wait_imm_match: channels
+ *                 taken out of order, order kept within a channel
+ *   shs_test_coll errors   bad arguments, a peer that does not join (timeout,
+ *                 then the collective refuses further calls), parameters that
+ *                 differ between ranks
+ *
+ * Reference values: inputs are small integers, so every float32/float64 sum
+ * is exact and compared with ==; an average is the exact sum times the
+ * rounded 1/n and must be within 2 ulp of sum / n (4e-7 relative for
+ * float32, 1e-15 for float64).
+ *
+ * Exit status: 0 pass, 1 fail, 77 no RDMA device.
+ */
+#include <dirent.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <shadowsync/shadowsync.h>
+
+#define RC_FAIL 1
+#define RC_SKIP 77
+
+static int g_rank = -1;
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fail(const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "FAIL rank %d: ", g_rank);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(RC_FAIL);
+}
+
+#define CHECK_EQ(expr, want)                                                          \
+    do {                                                                              \
+        shs_status_t st_ = (expr);                                                    \
+        if (st_ != (want))                                                            \
+            fail("%s:%d: %s -> %s, expected %s", __FILE__, __LINE__, #expr,           \
+                 shs_status_string(st_), shs_status_string(want));                    \
+    } while (0)
+#define CHECK_OK(expr) CHECK_EQ(expr, SHS_OK)
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Input of rank r at element i: a small integer in -8..8, different per
+ * rank and position so a misplaced chunk shows. */
+static int input(int r, size_t i)
+{
+    return (int)((i * 7 + (size_t)r * 13 + (i >> 10) * 3) % 17) - 8;
+}
+
+/* ---------------------------------------------------------------- allreduce */
+
+typedef struct buffers {
+    shs_region_t *region;  /* zero-copy path */
+    void *plain;           /* staged path: ordinary memory */
+    size_t cap;            /* bytes of each */
+} buffers_t;
+
+static void fill(void *buf, shs_dtype_t dt, size_t count, int rank)
+{
+    for (size_t i = 0; i < count; i++) {
+        if (dt == SHS_DTYPE_FLOAT32)
+            ((float *)buf)[i] = (float)input(rank, i);
+        else
+            ((double *)buf)[i] = (double)input(rank, i);
+    }
+}
+
+static void verify(const void *buf, shs_dtype_t dt, shs_reduce_t op, size_t count,
+                   const int *members, int n, const char *what)
+{
+    for (size_t i = 0; i < count; i++) {
+        long sum = 0;
+        for (int k = 0; k < n; k++)
+            sum += input(members[k], i);
+        double got = dt == SHS_DTYPE_FLOAT32 ? (double)((const float *)buf)[i]
+                                              : ((const double *)buf)[i];
+        bool ok;
+        if (op == SHS_REDUCE_SUM) {
+            ok = got == (double)sum;
+        } else {
+            double want = (double)sum / n;
+            double tol = (dt == SHS_DTYPE_FLOAT32 ? 4e-7 : 1e-15) * fabs(want);
+            ok = fabs(got - want) <= tol;
+        }
+        if (!ok)
+            fail("%s: element %zu of %zu is %.9g, expected %s %ld over %d ranks", what, i,
+                 count, got, op == SHS_REDUCE_SUM ? "sum" : "average of sum", sum, n);
+    }
+}
+
+static void one_allreduce(shs_coll_t *coll, const shs_group_t *group, const int *members,
+                          int n, buffers_t *b, size_t count, shs_dtype_t dt, shs_reduce_t op,
+                          bool staged)
+{
+    size_t es = shs_dtype_size(dt);
+    if (count * es > b->cap)
+        fail("test buffer too small for %zu elements", count);
+    size_t off = staged ? 0 : es; /* exercise a non-zero region offset too */
+    if (!staged && off + count * es > b->cap)
+        off = 0;
+    void *buf = staged ? b->plain : (char *)shs_region_addr(b->region) + off;
+    fill(buf, dt, count, g_rank);
+    /* a guard element after the range must survive */
+    size_t guard_at = off + count * es;
+    bool guard = !staged && guard_at + es <= b->cap;
+    if (guard)
+        memset((char *)shs_region_addr(b->region) + guard_at, 0x5a, es);
+    if (staged)
+        CHECK_OK(shs_allreduce(coll, group, buf, count, dt, op));
+    else
+        CHECK_OK(shs_allreduce_region(coll, group, b->region, off, count, dt, op));
+    char what[160];
+    snprintf(what, sizeof(what), "%s %s %s of %zu over %d ranks", staged ? "staged" : "region",
+             dt == SHS_DTYPE_FLOAT32 ? "f32" : "f64", op == SHS_REDUCE_SUM ? "sum" : "avg",
+             count, n);
+    verify(buf, dt, op, count, members, n, what);
+    if (guard) {
+        const unsigned char *g = (const unsigned char *)shs_region_addr(b->region) + guard_at;
+        for (size_t k = 0; k < es; k++)
+            if (g[k] != 0x5a)
+                fail("%s: wrote past the end of the range", what);
+    }
+}
+
+static void case_allreduce(shs_ctx_t *ctx, bool large)
+{
+    int n = shs_ctx_size(ctx);
+    shs_coll_t *coll;
+    CHECK_OK(shs_coll_create(ctx, NULL, &coll));
+    /* counts around the chunk size (SHS_COLL_CHUNK as bytes or with a k suffix) */
+    const char *c = getenv("SHS_COLL_CHUNK");
+    size_t chunk_f64 = (c != NULL ? strtoul(c, NULL, 10) * (strchr(c, 'k') ? 1024 : 1)
+                                  : 256 * 1024) / sizeof(double);
+    const size_t big = ((size_t)1 << 20) + 3;
+    buffers_t b;
+    b.cap = big * sizeof(double) + 64;
+    CHECK_OK(shs_region_alloc(ctx, b.cap, SHS_ACCESS_LOCAL_WRITE, &b.region));
+    b.plain = malloc(b.cap);
+    if (b.plain == NULL)
+        fail("malloc");
+
+    int all[SHS_GROUP_MAX];
+    for (int r = 0; r < n; r++)
+        all[r] = r;
+    const size_t counts[] = {0, 1, (size_t)n - 1, (size_t)n, (size_t)n + 1, 7, 97, 1009,
+                             4099, chunk_f64 - 1, chunk_f64 * (size_t)n + 1,
+                             2 * chunk_f64 * (size_t)n + 17, 65537, big};
+    double t0 = now_s();
+    for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+        for (int dt = 0; dt < 2; dt++) {
+            for (int op = 0; op < 2; op++) {
+                bool heavy = counts[k] > 100000;
+                /* the heavy count once per type, alternating the paths */
+                if (heavy && op != dt)
+                    continue;
+                one_allreduce(coll, NULL, all, n, &b, counts[k], (shs_dtype_t)dt,
+                              (shs_reduce_t)op, (k + (size_t)dt + (size_t)op) % 2 == 0);
+                if (!heavy)
+                    one_allreduce(coll, NULL, all, n, &b, counts[k], (shs_dtype_t)dt,
+                                  (shs_reduce_t)op, (k + (size_t)dt + (size_t)op) % 2 == 1);
+            }
+        }
+    }
+    if (g_rank == 0)
+        printf("rank 0: %d ranks, all counts ok (%.1f s)\n", n, now_s() - t0);
+
+    /* a subgroup of the even ranks and one of the odd ranks, concurrently,
+     * listed in descending order (the ring follows the list) */
+    if (n >= 3) {
+        shs_group_t grp = {.size = 0};
+        for (int r = n - 1; r >= 0; r--)
+            if (r % 2 == g_rank % 2) {
+                if (r == g_rank)
+                    grp.index = grp.size;
+                grp.ranks[grp.size++] = r;
+            }
+        for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
+            one_allreduce(coll, &grp, grp.ranks, grp.size, &b, counts[k], SHS_DTYPE_FLOAT32,
+                          SHS_REDUCE_SUM, k % 2 == 0);
+        if (g_rank == 0)
+            printf("rank 0: concurrent subgroups of %d ok\n", grp.size);
+    }
+    CHECK_OK(shs_ctx_barrier(ctx));
+
+    if (large) {
+        /* 64 Mi float32 elements, zero-copy then staged (16 MiB passes) */
+        const size_t huge = (size_t)64 << 20;
+        shs_region_t *hr;
+        CHECK_OK(shs_region_alloc(ctx, huge * sizeof(float), SHS_ACCESS_LOCAL_WRITE, &hr));
+        buffers_t hb = {.region = hr, .plain = shs_region_addr(hr), .cap = huge * sizeof(float)};
+        double t1 = now_s();
+        one_allreduce(coll, NULL, all, n, &hb, huge, SHS_DTYPE_FLOAT32, SHS_REDUCE_SUM, false);
+        if (g_rank == 0)
+            printf("rank 0: 64 Mi float32 elements (zero-copy) ok in %.1f s\n", now_s() - t1);
+        t1 = now_s();
+        one_allreduce(coll, NULL, all, n, &hb, huge, SHS_DTYPE_FLOAT32, SHS_REDUCE_AVG, true);
+        if (g_rank == 0)
+            printf("rank 0: 64 Mi float32 elements (staged) ok in %.1f s\n", now_s() - t1);
+        CHECK_OK(shs_ctx_barrier(ctx));
+        shs_region_destroy(hr);
+    }
+
+    shs_coll_stats_t stats;
+    CHECK_OK(shs_coll_get_stats(coll, &stats));
+    if (stats.calls == 0 || stats.bytes_sent == 0)
+        fail("stats report no traffic");
+    CHECK_OK(shs_ctx_barrier(ctx));
+    free(b.plain);
+    shs_region_destroy(b.region);
+    shs_coll_destroy(coll);
+}
+
+/* ------------------------------------------------------------------- dssync */
+
+/* Run `rounds` rounds of averaging in the groups of sched and compare every
+ * element with the same rounds simulated here for all ranks. */
+static void run_schedule(shs_ctx_t *ctx, shs_coll_t *coll, const shs_schedule_t *sched,
+                         int rounds, size_t count, const char *name)
+{
+    int n = shs_ctx_size(ctx);
+    double *mine = malloc(count * sizeof(double));
+    double sim[SHS_GROUP_MAX], next[SHS_GROUP_MAX];
+    if (mine == NULL)
+        fail("malloc");
+    for (size_t i = 0; i < count; i++)
+        mine[i] = g_rank + (double)(i % 5) * 8; /* rank r: r, r+8, ... */
+    for (int r = 0; r < n; r++)
+        sim[r] = r;
+    for (int round = 0; round < rounds; round++) {
+        shs_group_t grp;
+        CHECK_OK(shs_schedule_group(sched, n, g_rank, (uint64_t)round, &grp));
+        CHECK_OK(shs_allreduce(coll, &grp, mine, count, SHS_DTYPE_FLOAT64, SHS_REDUCE_AVG));
+        for (int r = 0; r < n; r++) {
+            shs_group_t gr;
+            CHECK_OK(shs_schedule_group(sched, n, r, (uint64_t)round, &gr));
+            double s = 0;
+            for (int k = 0; k < gr.size; k++)
+                s += sim[gr.ranks[k]];
+            next[r] = s / gr.size;
+        }
+        memcpy(sim, next, sizeof(sim));
+        for (size_t i = 0; i < count; i++) {
+            double want = sim[g_rank] + (double)(i % 5) * 8;
+            if (fabs(mine[i] - want) > 1e-12 * (fabs(want) + 1))
+                fail("%s round %d: element %zu is %.17g, expected %.17g", name, round, i,
+                     mine[i], want);
+        }
+    }
+    free(mine);
+}
+
+static void case_dssync(shs_ctx_t *ctx)
+{
+    int n = shs_ctx_size(ctx);
+    shs_coll_t *coll;
+    CHECK_OK(shs_coll_create(ctx, NULL, &coll));
+
+    /* the check: 3 hypercube rounds, g = 2, values 0..7 -> 3.5 */
+    if (n == 8) {
+        const size_t count = 100003;
+        float *v = malloc(count * sizeof(float));
+        if (v == NULL)
+            fail("malloc");
+        for (size_t i = 0; i < count; i++)
+            v[i] = (float)g_rank;
+        shs_schedule_t cube = {.kind = SHS_SCHED_HYPERCUBE, .group_size = 2};
+        int rounds = shs_schedule_mix_rounds(&cube, n);
+        if (rounds != 3)
+            fail("hypercube mix rounds %d, expected 3", rounds);
+        for (int round = 0; round < rounds; round++) {
+            shs_group_t grp;
+            CHECK_OK(shs_schedule_group(&cube, n, g_rank, (uint64_t)round, &grp));
+            CHECK_OK(shs_allreduce(coll, &grp, v, count, SHS_DTYPE_FLOAT32, SHS_REDUCE_AVG));
+        }
+        for (size_t i = 0; i < count; i++)
+            if (v[i] != 3.5f)
+                fail("after 3 DS-Sync rounds element %zu is %.9g, not exactly 3.5", i, v[i]);
+        if (g_rank == 0)
+            printf("rank 0: 3 hypercube rounds g=2 on 8 ranks: every element exactly 3.5\n");
+        free(v);
+    }
+    shs_schedule_t gen = {.kind = SHS_SCHED_GENERAL, .group_size = 3};
+    shs_schedule_t rnd = {.kind = SHS_SCHED_RANDOM, .group_size = 2, .seed = 2020};
+    run_schedule(ctx, coll, &gen, 12, 30011, "general g=3");
+    run_schedule(ctx, coll, &rnd, 12, 30011, "random g=2");
+    if (g_rank == 0)
+        printf("rank 0: 12 rounds of general g=3 and random g=2 schedules match the "
+               "simulation\n");
+    CHECK_OK(shs_ctx_barrier(ctx));
+    shs_coll_destroy(coll);
+}
+
+/* ---------------------------------------------------------------------- imm */
+
+static void case_imm(shs_ctx_t *ctx)
+{
+    int n = shs_ctx_size(ctx);
+    shs_region_t *r;
+    CHECK_OK(shs_region_alloc(ctx, 4096, SHS_ACCESS_REMOTE_WRITE, &r));
+    const uint32_t A = 0x11000000u, B = 0x22000000u, M = 0xff000000u;
+    if (g_rank == 0) {
+        /* to rank 1: A0 B0 A1 B1 ... A9 B9, then a final plain one */
+        for (uint32_t i = 0; i < 10; i++) {
+            CHECK_OK(shs_write_imm(ctx, 1, r, 0, r, 0, 8, A | i, 0));
+            CHECK_OK(shs_write_imm(ctx, 1, r, 0, r, 0, 0, B | i, 0));
+        }
+        CHECK_OK(shs_write_imm(ctx, 1, r, 0, r, 0, 0, 0x33000000u, SHS_OP_SIGNAL));
+        CHECK_OK(shs_flush(ctx, 1, SHS_TIMEOUT_DEFAULT));
+    } else if (g_rank == 1) {
+        uint32_t imm;
+        int from;
+        /* the B channel first, in order, although A came first */
+        for (uint32_t i = 0; i < 10; i++) {
+            CHECK_OK(shs_wait_imm_match(ctx, 0, M, B, &from, &imm, 20000));
+            if (imm != (B | i) || from != 0)
+                fail("channel B: got 0x%x from %d, expected 0x%x from 0", imm, from, B | i);
+        }
+        CHECK_EQ(shs_poll_imm_match(ctx, 0, M, B, NULL, &imm), SHS_ERR_TIMEOUT);
+        CHECK_EQ(shs_poll_imm_match(ctx, 0, 0x0f000000u, 0x11000000u, NULL, &imm),
+                 SHS_ERR_INVALID_ARG); /* match outside mask */
+        /* any peer, channel A: still in order */
+        for (uint32_t i = 0; i < 10; i++) {
+            CHECK_OK(shs_wait_imm_match(ctx, SHS_PEER_ANY, M, A, &from, &imm, 20000));
+            if (imm != (A | i) || from != 0)
+                fail("channel A: got 0x%x from %d, expected 0x%x from 0", imm, from, A | i);
+        }
+        /* what is left is the plain one */
+        CHECK_OK(shs_wait_imm(ctx, 0, &from, &imm, 20000));
+        if (imm != 0x33000000u)
+            fail("last immediate 0x%x", imm);
+        CHECK_EQ(shs_poll_imm(ctx, 0, NULL, &imm), SHS_ERR_TIMEOUT);
+        /* more than the receive queue holds in total, over many waits: the
+         * receives taken out of order are given back */
+    }
+    CHECK_OK(shs_ctx_barrier(ctx));
+    if (n >= 2 && g_rank == 0)
+        printf("rank 0: immediates by channel ok\n");
+    shs_region_destroy(r);
+}
+
+/* ------------------------------------------------------------------- errors */
+
+static void case_errors(shs_ctx_t *ctx)
+{
+    int n = shs_ctx_size(ctx);
+    shs_coll_t *coll;
+    if (n < 3)
+        fail("errors needs 3 ranks or more");
+
+    /* parameters that differ: every rank fails, none hangs */
+    shs_coll_params_t p = {.field_mask = SHS_COLL_PARAM_SLOTS, .slots = 3};
+    if (g_rank == n - 1)
+        p.slots = 5;
+    CHECK_EQ(shs_coll_create(ctx, &p, &coll), SHS_ERR_SIZE_MISMATCH);
+    p.slots = g_rank == 1 ? 0 : 3; /* invalid on rank 1 only */
+    CHECK_EQ(shs_coll_create(ctx, &p, &coll),
+             g_rank == 1 ? SHS_ERR_CONFIG : SHS_ERR_SIZE_MISMATCH);
+
+    shs_coll_params_t q = {.field_mask = SHS_COLL_PARAM_TIMEOUT, .timeout_ms = 1500};
+    CHECK_OK(shs_coll_create(ctx, &q, &coll));
+    float v[16] = {0};
+    shs_group_t bad = {.size = 2, .index = 0, .ranks = {g_rank == 0 ? 1 : 0, g_rank}};
+    CHECK_EQ(shs_allreduce(coll, &bad, v, 16, SHS_DTYPE_FLOAT32, SHS_REDUCE_SUM),
+             SHS_ERR_INVALID_ARG); /* not at its index */
+    shs_group_t dup = {.size = 2, .index = 0, .ranks = {g_rank, g_rank}};
+    CHECK_EQ(shs_allreduce(coll, &dup, v, 16, SHS_DTYPE_FLOAT32, SHS_REDUCE_SUM),
+             SHS_ERR_INVALID_ARG);
+    CHECK_EQ(shs_allreduce(coll, NULL, v, 16, (shs_dtype_t)7, SHS_REDUCE_SUM),
+             SHS_ERR_INVALID_ARG);
+    CHECK_EQ(shs_allreduce(coll, NULL, NULL, 16, SHS_DTYPE_FLOAT32, SHS_REDUCE_SUM),
+             SHS_ERR_INVALID_ARG);
+    CHECK_OK(shs_allreduce(coll, NULL, NULL, 0, SHS_DTYPE_FLOAT32, SHS_REDUCE_SUM));
+    shs_group_t solo = {.size = 1, .index = 0, .ranks = {g_rank}};
+    v[0] = 42;
+    CHECK_OK(shs_allreduce(coll, &solo, v, 16, SHS_DTYPE_FLOAT32, SHS_REDUCE_AVG));
+    if (v[0] != 42)
+        fail("a group of one changed the data");
+    shs_region_t *small;
+    CHECK_OK(shs_region_alloc(ctx, 64, SHS_ACCESS_LOCAL_WRITE, &small));
+    CHECK_EQ(shs_allreduce_region(coll, NULL, small, 4, 16, SHS_DTYPE_FLOAT32, SHS_REDUCE_SUM),
+             SHS_ERR_OUT_OF_BOUNDS);
+    CHECK_EQ(shs_allreduce_region(coll, NULL, small, 2, 1, SHS_DTYPE_FLOAT32, SHS_REDUCE_SUM),
+             SHS_ERR_OUT_OF_BOUNDS); /* misaligned */
+
+    /* ranks 0 and 1 call with the group {0, 1, 2} but rank 2 stays away:
+     * rank 0 waits for data from its left neighbour 2, rank 1 for the grant
+     * of its right neighbour 2; both time out, then refuse further calls */
+    CHECK_OK(shs_ctx_barrier(ctx));
+    if (g_rank <= 1) {
+        shs_group_t three = {.size = 3, .index = g_rank, .ranks = {0, 1, 2}};
+        double t0 = now_s();
+        CHECK_EQ(shs_allreduce(coll, &three, v, 16, SHS_DTYPE_FLOAT32, SHS_REDUCE_SUM),
+                 SHS_ERR_TIMEOUT);
+        if (now_s() - t0 > 10)
+            fail("the timeout of 1.5 s took %.1f s", now_s() - t0);
+        CHECK_EQ(shs_allreduce(coll, &three, v, 16, SHS_DTYPE_FLOAT32, SHS_REDUCE_SUM),
+                 SHS_ERR_BAD_STATE);
+        printf("rank %d: a missing member gives a timeout, then a refusal\n", g_rank);
+    }
+    CHECK_OK(shs_ctx_barrier(ctx));
+    shs_region_destroy(small);
+    shs_coll_destroy(coll);
+}
+
+/* --------------------------------------------------------------------- main */
+
+static bool have_rdma_device(void)
+{
+    /* sysfs, not verbs: nothing may open the device before the context */
+    DIR *d = opendir("/sys/class/infiniband");
+    bool found = false;
+    if (d == NULL)
+        return false;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        if (e->d_name[0] != '.')
+            found = true;
+    closedir(d);
+    return found;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s allreduce [--large] | dssync | imm | errors\n", argv[0]);
+        return RC_FAIL;
+    }
+    if (!have_rdma_device()) {
+        fprintf(stderr, "no RDMA device: skipped\n");
+        return RC_SKIP;
+    }
+    const char *r = getenv("SHS_RANK");
+    g_rank = r != NULL ? atoi(r) : -1;
+    shs_ctx_t *ctx;
+    shs_status_t st = shs_ctx_create(NULL, &ctx);
+    if (st != SHS_OK)
+        fail("shs_ctx_create: %s", shs_status_string(st));
+    g_rank = shs_ctx_rank(ctx);
+
+    if (strcmp(argv[1], "allreduce") == 0)
+        case_allreduce(ctx, argc > 2 && strcmp(argv[2], "--large") == 0);
+    else if (strcmp(argv[1], "dssync") == 0)
+        case_dssync(ctx);
+    else if (strcmp(argv[1], "imm") == 0)
+        case_imm(ctx);
+    else if (strcmp(argv[1], "errors") == 0)
+        case_errors(ctx);
+    else
+        fail("unknown case %s", argv[1]);
+    CHECK_OK(shs_ctx_barrier(ctx));
+    shs_ctx_destroy(ctx);
+    return 0;
+}
