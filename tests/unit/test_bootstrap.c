@@ -19,6 +19,7 @@
 
 #include "runtime/bootstrap.h"
 #include "runtime/clock.h"
+#include "runtime/crypto.h"
 #include "runtime/log.h"
 #include "unit.h"
 
@@ -97,6 +98,18 @@ typedef struct job {
 
 typedef int (*rank_fn)(const job_t *job, int rank, int proc);
 
+/* Every time in these tests is multiplied by SHS_TEST_SLOW (default 1) for
+ * runs under valgrind, where each rank runs tens of times slower. */
+static int slow(int ms)
+{
+    static int factor;
+    if (factor == 0) {
+        const char *e = getenv("SHS_TEST_SLOW");
+        factor = e != NULL && atoi(e) > 1 ? atoi(e) : 1;
+    }
+    return ms * factor;
+}
+
 /* A port nobody listens on right now; the kernel hands out distinct ones, so
  * concurrent test runs do not collide. */
 static int free_port(void)
@@ -115,7 +128,7 @@ static void job_init(job_t *job, int size, int timeout_ms)
 {
     snprintf(job->addr, sizeof(job->addr), "127.0.0.1:%d", free_port());
     job->size = size;
-    job->timeout_ms = timeout_ms;
+    job->timeout_ms = slow(timeout_ms);
 }
 
 static void make_cfg(const job_t *job, int rank, int size, const char *token, shs__config_t *c)
@@ -150,7 +163,7 @@ static void run_procs(const job_t *job, int nproc, const int *rank_of, rank_fn f
         if (pids[i] == 0)
             _exit(fn(job, rank_of[i], i));
     }
-    shs__deadline_t dl = shs__deadline_in_ms(30000);
+    shs__deadline_t dl = shs__deadline_in_ms(slow(30000));
     int left = nproc;
     for (int i = 0; i < nproc; i++)
         codes[i] = -1;
@@ -398,13 +411,13 @@ static int admission_rank(const job_t *job, int rank, int proc)
 {
     shs__config_t c;
     shs__boot_t *b;
-    sleep_ms(current->delay_ms[proc]);
+    sleep_ms(slow(current->delay_ms[proc]));
     make_cfg(job, rank, current->claimed_size[proc] ? current->claimed_size[proc] : job->size,
              current->token[proc] ? current->token[proc] : "right", &c);
     uint64_t t0 = shs__now_ns();
     shs_status_t st = shs__boot_create(&c, &b);
     /* a refusal or a timeout arrives within the deadline plus slack */
-    if ((shs__now_ns() - t0) / 1000000 > (uint64_t)job->timeout_ms + 2000)
+    if ((shs__now_ns() - t0) / 1000000 > (uint64_t)job->timeout_ms + (uint64_t)slow(2000))
         return TOO_SLOW;
     if (st != SHS_OK)
         return code(st);
@@ -445,7 +458,7 @@ static int peer_exit_rank(const job_t *job, int rank, int proc)
     uint64_t t0 = shs__now_ns();
     uint32_t v = 1, out[MAX_PROCS];
     st = shs__boot_allgather(b, &v, sizeof(v), out);
-    if ((shs__now_ns() - t0) / 1000000 > 1000)
+    if ((shs__now_ns() - t0) / 1000000 > (uint64_t)slow(1000))
         return TOO_SLOW; /* a dead peer is noticed at once, not at the deadline */
     if (st != SHS_ERR_PEER_FAILED)
         return st == SHS_OK ? BAD_VALUE : code(st);
@@ -654,10 +667,10 @@ static void fake_root_capture(const char *token, uint8_t *hello_p, uint8_t *auth
         run_procs(&job, 1, ranks, joiner_rank, codes);
         _exit(codes[0]);
     }
-    int fd = accept_ms(lfd, 5000);
+    int fd = accept_ms(lfd, slow(5000));
     uint8_t seen[4096];
     size_t n = SHS_BOOT_HDR_LEN + SHS_BOOT_HELLO_LEN;
-    ck_assert(read_full_ms(fd, seen, n, 5000));
+    ck_assert(read_full_ms(fd, seen, n, slow(5000)));
     shs__boot_hdr_t h;
     ck_assert_int_eq(shs__boot_hdr_decode(seen, n, 64, &h), SHS_OK);
     ck_assert_uint_eq(h.type, SHS_BOOT_FT_HELLO);
@@ -665,7 +678,7 @@ static void fake_root_capture(const char *token, uint8_t *hello_p, uint8_t *auth
     for (size_t i = 0; i < sizeof(nonce); i++)
         nonce[i] = (uint8_t)(i * 13 + 1);
     write_frame(fd, SHS_BOOT_FT_CHALLENGE, nonce, sizeof(nonce));
-    ck_assert(read_full_ms(fd, seen + n, SHS_BOOT_HDR_LEN + SHS_BOOT_PROOF_LEN, 5000));
+    ck_assert(read_full_ms(fd, seen + n, SHS_BOOT_HDR_LEN + SHS_BOOT_PROOF_LEN, slow(5000)));
     ck_assert_uint_eq(seen[n + 7], SHS_BOOT_FT_AUTH);
     if (hello_p != NULL)
         memcpy(hello_p, seen, n);
@@ -678,7 +691,7 @@ static void fake_root_capture(const char *token, uint8_t *hello_p, uint8_t *auth
     /* anything else it sends before hanging up */
     for (;;) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, 3000) <= 0 || n == sizeof(seen))
+        if (poll(&p, 1, slow(3000)) <= 0 || n == sizeof(seen))
             break;
         ssize_t k = read(fd, seen + n, sizeof(seen) - n);
         if (k <= 0)
@@ -723,12 +736,12 @@ START_TEST(test_replayed_handshake_refused)
         uint8_t reply[SHS_BOOT_HDR_LEN + 64];
         if (fd < 0 || write(fd, hello, sizeof(hello)) != (ssize_t)sizeof(hello))
             _exit(1);
-        if (!read_full_ms(fd, reply, SHS_BOOT_HDR_LEN + SHS_BOOT_NONCE_LEN, 3000) ||
+        if (!read_full_ms(fd, reply, SHS_BOOT_HDR_LEN + SHS_BOOT_NONCE_LEN, slow(3000)) ||
             reply[7] != SHS_BOOT_FT_CHALLENGE)
             _exit(2);
         if (write(fd, auth, sizeof(auth)) != (ssize_t)sizeof(auth))
             _exit(3);
-        if (!read_full_ms(fd, reply, SHS_BOOT_HDR_LEN + SHS_BOOT_ERROR_FIXED, 3000))
+        if (!read_full_ms(fd, reply, SHS_BOOT_HDR_LEN + SHS_BOOT_ERROR_FIXED, slow(3000)))
             _exit(4);
         shs__boot_hdr_t h;
         if (shs__boot_hdr_decode(reply, sizeof(reply), 512, &h) != SHS_OK ||
@@ -806,9 +819,9 @@ static int stranger_or_rank(const job_t *job, int rank, int proc)
         shs__config_t c;
         shs__boot_t *b;
         if (rank > 0)
-            sleep_ms(300); /* the strangers are in first */
+            sleep_ms(slow(300)); /* the strangers are in first */
         make_cfg(job, rank, job->size, SECRET, &c);
-        c.bootstrap_handshake_ms = STRANGER_HANDSHAKE_MS;
+        c.bootstrap_handshake_ms = slow(STRANGER_HANDSHAKE_MS);
         uint64_t t0 = shs__now_ns();
         shs_status_t st = shs__boot_create(&c, &b);
         uint64_t ms = (shs__now_ns() - t0) / 1000000;
@@ -817,7 +830,7 @@ static int stranger_or_rank(const job_t *job, int rank, int proc)
         st = shs__boot_barrier(b);
         shs__boot_destroy(b);
         /* rank 0 started 300 ms before the others */
-        if (ms > (uint64_t)(JOIN_BOUND_MS + (rank == 0 ? 300 : 0)))
+        if (ms > (uint64_t)slow(JOIN_BOUND_MS + (rank == 0 ? 300 : 0)))
             return TOO_SLOW;
         return code(st);
     }
@@ -846,7 +859,7 @@ static int stranger_or_rank(const job_t *job, int rank, int proc)
     case -4: { /* a hello, then a wrong proof */
         uint8_t reply[SHS_BOOT_HDR_LEN + SHS_BOOT_NONCE_LEN], proof[SHS_BOOT_PROOF_LEN];
         if (write(fd, hdr, sizeof(hdr)) != (ssize_t)sizeof(hdr) ||
-            !read_full_ms(fd, reply, sizeof(reply), 3000))
+            !read_full_ms(fd, reply, sizeof(reply), slow(3000)))
             return 3;
         memset(proof, 7, sizeof(proof));
         write_frame(fd, SHS_BOOT_FT_AUTH, proof, sizeof(proof));
@@ -865,7 +878,7 @@ static int stranger_or_rank(const job_t *job, int rank, int proc)
                 break;
             continue; /* an error frame, then EOF */
         }
-        if ((shs__now_ns() - t0) / 1000000 > STRANGER_HANDSHAKE_MS + 3000)
+        if ((shs__now_ns() - t0) / 1000000 > (uint64_t)slow(STRANGER_HANDSHAKE_MS + 3000))
             return TOO_SLOW;
     }
     close(fd);
@@ -912,7 +925,7 @@ static int tamper_proc(const job_t *job, int rank, int proc)
         shs__boot_destroy(b);
         return code(st);
     }
-    int a = accept_ms(proxy_lfd, 5000), z = connect_retry(job->addr);
+    int a = accept_ms(proxy_lfd, slow(5000)), z = connect_retry(job->addr);
     if (z < 0)
         return 1;
     size_t from_joiner = 0;
@@ -920,7 +933,7 @@ static int tamper_proc(const job_t *job, int rank, int proc)
     const size_t flip_at = (SHS_BOOT_HDR_LEN + SHS_BOOT_HELLO_LEN) +
                            (SHS_BOOT_HDR_LEN + SHS_BOOT_PROOF_LEN) + SHS_BOOT_HDR_LEN +
                            SHS_BOOT_CONTRIB_FIXED + 5;
-    shs__deadline_t dl = shs__deadline_in_ms(8000);
+    shs__deadline_t dl = shs__deadline_in_ms(slow(8000));
     while (!shs__deadline_passed(dl)) {
         struct pollfd p[2] = {{.fd = a, .events = POLLIN}, {.fd = z, .events = POLLIN}};
         if (poll(p, 2, 100) <= 0)
@@ -966,6 +979,10 @@ static void quiet(void)
     /* Refusals and timeouts are the point of these tests; keep their logs
      * from drowning the summary, but let real failures show. */
     shs__log_set_level(getenv("SHS_TEST_VERBOSE") != NULL ? SHS_LOG_LVL_DEBUG : SHS_LOG_LVL_ERROR);
+    /* Seed libcrypto's generator once here, so that the forked ranks inherit
+     * it: seeding takes ~1 s under valgrind and would eat their deadlines. */
+    uint8_t warm[1];
+    ck_assert_int_eq(shs__random(warm, sizeof(warm)), SHS_OK);
 }
 
 Suite *bootstrap_suite(void)
