@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "runtime/log.h"
@@ -275,4 +276,68 @@ err_destroy_topo:
 err_free_set:
     hwloc_bitmap_free(set);
     return st;
+}
+
+/* ---- locked-memory limit ---- */
+
+/* CAP_IPC_LOCK lifts RLIMIT_MEMLOCK for registration; read it from
+ * /proc/self/status (CapEff) rather than depend on libcap for one bit. */
+static bool has_cap_ipc_lock(void)
+{
+    enum { CAP_IPC_LOCK_BIT = 14 };
+    char line[256];
+    bool found = false;
+    unsigned long long caps = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f == NULL)
+        return false;
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (sscanf(line, "CapEff: %llx", &caps) == 1) {
+            found = true;
+            break;
+        }
+    fclose(f);
+    return found && (caps >> CAP_IPC_LOCK_BIT) & 1u;
+}
+
+uint64_t shs__memlock_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
+        has_cap_ipc_lock())
+        return SHS_MEMLOCK_UNLIMITED;
+    return (uint64_t)rl.rlim_cur;
+}
+
+static void human_bytes(uint64_t v, char *buf, size_t len)
+{
+    if (v >= (1ull << 30) && v % (1ull << 30) == 0)
+        snprintf(buf, len, "%llu GiB", (unsigned long long)(v >> 30));
+    else if (v >= (1ull << 20))
+        snprintf(buf, len, "%.0f MiB", (double)v / (1 << 20));
+    else
+        snprintf(buf, len, "%llu KiB", (unsigned long long)(v >> 10));
+}
+
+void shs__memlock_advice(uint64_t limit, size_t want, char *buf, size_t len)
+{
+    static const char how[] = "ulimit -l unlimited in the shell that starts the job, "
+                              "LimitMEMLOCK=infinity for a systemd service, "
+                              "--ulimit memlock=-1 for docker, or a memlock line in "
+                              "/etc/security/limits.conf";
+    char lim[32], w[32];
+
+    if (limit == SHS_MEMLOCK_UNLIMITED) {
+        snprintf(buf, len, "RLIMIT_MEMLOCK is unlimited (or lifted by CAP_IPC_LOCK)");
+        return;
+    }
+    human_bytes(limit, lim, sizeof(lim));
+    if (want == 0) {
+        snprintf(buf, len, "RLIMIT_MEMLOCK is %s: registering more than that fails; raise it "
+                 "with %s", lim, how);
+        return;
+    }
+    human_bytes(want, w, sizeof(w));
+    snprintf(buf, len, "RLIMIT_MEMLOCK is %s; registering %s needs more (with what is already "
+             "registered): %s", lim, w, how);
 }

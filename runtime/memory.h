@@ -15,6 +15,7 @@
 #define SHS_RUNTIME_MEMORY_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <shadowsync/status.h>
 
@@ -68,5 +69,20 @@ int shs__dev_numa_node(const char *sysfs_root, const char *dev);
  * SHS_ERR_UNSUPPORTED when the device's locality is unknown, SHS_ERR_IO when
  * the kernel refuses the binding. */
 shs_status_t shs__pin_thread_near(const char *dev_or_cpus);
+
+/* ---- locked-memory limit (RDMA registration pins pages) ---- */
+
+#define SHS_MEMLOCK_UNLIMITED UINT64_MAX
+
+/* This process's RLIMIT_MEMLOCK soft limit in bytes, SHS_MEMLOCK_UNLIMITED
+ * when it is infinite or does not apply (the process has CAP_IPC_LOCK, as
+ * root usually does). */
+uint64_t shs__memlock_limit(void);
+
+/* An actionable sentence for a registration of want bytes under limit
+ * (SHS_MEMLOCK_UNLIMITED: none), e.g. "RLIMIT_MEMLOCK is 64 KiB; registering
+ * 4 MiB needs more: ulimit -l unlimited, ...". want 0: the limit alone. Pure:
+ * unit tests pass any limit. */
+void shs__memlock_advice(uint64_t limit, size_t want, char *buf, size_t len);
 
 #endif

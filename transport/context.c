@@ -77,6 +77,7 @@ shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p)
     if (ctx == NULL)
         return SHS_ERR_NO_MEMORY;
     atomic_init(&ctx->device_failed, 0);
+    ctx->fork_gen = shs__fork_guard();
 
     status = shs__config_load(&ctx->cfg);
     if (status != SHS_OK)
@@ -97,6 +98,7 @@ shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p)
     status = shs__device_open(ctx);
     if (status != SHS_OK)
         goto err_destroy_boot;
+    shs__memlock_check(ctx->dev_name);
     status = shs__mesh_alloc(ctx);
     if (status != SHS_OK)
         goto err_close_device;
@@ -143,6 +145,12 @@ void shs_ctx_destroy(shs_ctx_t *ctx)
 {
     if (ctx == NULL)
         return;
+    if (shs__ctx_forked(ctx, "shs_ctx_destroy")) {
+        /* a child may close its copies of the sockets; the RDMA objects are
+         * the parent's, and destroying them here would destroy them there */
+        shs__boot_destroy(ctx->boot);
+        return;
+    }
     if (ctx->live_regions != 0)
         SHS_WARN("context destroyed with %d region(s) still registered; they are leaked",
                  ctx->live_regions);
@@ -171,6 +179,8 @@ shs_status_t shs_ctx_barrier(shs_ctx_t *ctx)
 {
     if (ctx == NULL)
         return SHS_ERR_INVALID_ARG;
+    if (shs__ctx_forked(ctx, "shs_ctx_barrier"))
+        return SHS_ERR_BAD_STATE;
     return shs__boot_barrier(ctx->boot);
 }
 

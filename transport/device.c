@@ -31,6 +31,21 @@ static int pick_port(struct ibv_context *verbs, int want, struct ibv_port_attr *
     return -1;
 }
 
+/* "rxe0, mlx5_0" or "none", for an error that names what could be used. */
+static void device_names(char *buf, size_t len)
+{
+    int n = 0;
+    size_t used = 0;
+    struct ibv_device **devs = ibv_get_device_list(&n);
+
+    snprintf(buf, len, "none");
+    for (int i = 0; devs != NULL && i < n && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? ", " : "",
+                                 ibv_get_device_name(devs[i]));
+    if (devs != NULL)
+        ibv_free_device_list(devs);
+}
+
 /* rdma_cm owns its own ibv_context per device, so in rdmacm mode the PD and
  * CQ must come from librdmacm's list; in oob mode we open the device. */
 static shs_status_t open_from_list(shs_ctx_t *ctx, struct ibv_context **list, int n,
@@ -51,11 +66,15 @@ static shs_status_t open_from_list(shs_ctx_t *ctx, struct ibv_context **list, in
         snprintf(ctx->dev_name, sizeof(ctx->dev_name), "%s", name);
         return SHS_OK;
     }
-    if (want[0] != '\0')
-        SHS_ERROR("no device named '%s' with an ACTIVE port%s", want,
-                  ctx->cfg.ib_port != 0 ? " (at the configured port)" : "");
-    else
-        SHS_ERROR("no rdma device with an ACTIVE port (%d device(s) found)", n);
+    if (want[0] != '\0') {
+        char names[256];
+        device_names(names, sizeof(names));
+        SHS_ERROR("no device named '%s' with an ACTIVE port%s (SHS_DEVICE); devices here: %s",
+                  want, ctx->cfg.ib_port != 0 ? " at the configured port (SHS_IB_PORT)" : "",
+                  names);
+    } else
+        SHS_ERROR("no rdma device with an ACTIVE port%s (%d device(s) found)",
+                  ctx->cfg.ib_port != 0 ? " at the configured port (SHS_IB_PORT)" : "", n);
     return SHS_ERR_NO_DEVICE;
 }
 

@@ -49,8 +49,7 @@ static shs_status_t region_finish(shs_ctx_t *ctx, shs_region_t *region,
         region->mr = ibv_reg_mr(ctx->pd, region->addr, region->len,
                                 ibv_access_of(region->flags));
         if (region->mr == NULL) {
-            SHS_ERROR("ibv_reg_mr(%zu bytes): %s; check `ulimit -l` (locked memory)",
-                      region->len, strerror(errno));
+            shs__reg_mr_explain(ctx->dev_name, region->len, errno);
             mine.status = SHS_ERR_NO_RESOURCE;
         } else {
             mine.addr = (uintptr_t)region->addr;
@@ -98,6 +97,7 @@ static shs_status_t region_finish(shs_ctx_t *ctx, shs_region_t *region,
     }
     free(all);
     ctx->live_regions++;
+    shs__fork_regions_add(1);
     return SHS_OK;
 
 err_dereg:
@@ -110,8 +110,28 @@ err_dereg:
 
 static shs_status_t check_args(size_t len, unsigned flags)
 {
-    if (len == 0 || (flags & ~(unsigned)SHS__ACCESS_ALL) != 0) {
-        SHS_ERROR("region: length %zu or flags 0x%x invalid", len, flags);
+    if (len == 0) {
+        SHS_ERROR("region: length 0; a region holds at least one byte");
+        return SHS_ERR_INVALID_ARG;
+    }
+    if ((flags & ~(unsigned)SHS__ACCESS_ALL) != 0) {
+        SHS_ERROR("region: unknown access flags 0x%x (known: 0x%x)",
+                  flags & ~(unsigned)SHS__ACCESS_ALL, (unsigned)SHS__ACCESS_ALL);
+        return SHS_ERR_INVALID_ARG;
+    }
+    return SHS_OK;
+}
+
+static shs_status_t check_addr(const void *addr)
+{
+    if (addr == NULL) {
+        SHS_ERROR("region: NULL address");
+        return SHS_ERR_INVALID_ARG;
+    }
+    if ((uintptr_t)addr % SHS_REGION_ALIGN != 0) {
+        SHS_ERROR("region: address %p is not aligned to %d bytes (the elements that "
+                  "collectives and averaging combine must not straddle words)", addr,
+                  SHS_REGION_ALIGN);
         return SHS_ERR_INVALID_ARG;
     }
     return SHS_OK;
@@ -134,13 +154,17 @@ shs_status_t shs_region_register(shs_ctx_t *ctx, void *addr, size_t len, unsigne
 {
     if (ctx == NULL || region_p == NULL)
         return SHS_ERR_INVALID_ARG;
+    if (shs__ctx_forked(ctx, "shs_region_register"))
+        return SHS_ERR_BAD_STATE;
     shs_region_t *region = region_new(ctx, addr, len, flags);
     if (region == NULL)
         return SHS_ERR_NO_MEMORY;
 
     /* a bad argument still takes part in the exchange, so peers fail at once
      * instead of waiting for this rank until the bootstrap timeout */
-    shs_status_t local = addr == NULL ? SHS_ERR_INVALID_ARG : check_args(len, flags);
+    shs_status_t local = check_addr(addr);
+    if (local == SHS_OK)
+        local = check_args(len, flags);
     shs_status_t status = region_finish(ctx, region, local);
     if (status != SHS_OK) {
         free(region);
@@ -155,6 +179,8 @@ shs_status_t shs_region_alloc(shs_ctx_t *ctx, size_t len, unsigned flags,
 {
     if (ctx == NULL || region_p == NULL)
         return SHS_ERR_INVALID_ARG;
+    if (shs__ctx_forked(ctx, "shs_region_alloc"))
+        return SHS_ERR_BAD_STATE;
     shs_region_t *region = region_new(ctx, NULL, len, flags);
     if (region == NULL)
         return SHS_ERR_NO_MEMORY;
@@ -184,6 +210,10 @@ void shs_region_destroy(shs_region_t *region)
 {
     if (region == NULL)
         return;
+    if (shs__ctx_forked(region->ctx, "shs_region_destroy"))
+        return; /* the parent's registration: deregistering here would end it there */
+    if (region->mr != NULL)
+        shs__fork_regions_add(-1);
     if (region->mr != NULL && ibv_dereg_mr(region->mr) != 0)
         SHS_WARN("region %p: ibv_dereg_mr: %s", region->addr, strerror(errno));
     if (region->owned)

@@ -161,6 +161,8 @@ struct shs_ctx {
     shs__conn_t **conns;      /* nconns, indexed by shs__conn_t.index */
     int nconns;
     int live_regions;
+    unsigned fork_gen;        /* shs__fork_guard() when created: a forked child differs */
+    bool fork_reported;
 
     pthread_t async_thread;
     bool async_running;
@@ -207,6 +209,20 @@ shs_status_t shs__device_open(shs_ctx_t *ctx);
 void shs__device_close(shs_ctx_t *ctx);
 shs_status_t shs__cq_create(shs_ctx_t *ctx);
 void shs__cq_destroy(shs_ctx_t *ctx);
+
+/* process-level hazards of verbs (process.c): locked memory and fork */
+/* Install the fork handler once per process; the current fork generation
+ * (a child's differs from its parent's). */
+unsigned shs__fork_guard(void);
+/* true (logged once per context) when ctx was created before a fork and this
+ * is the child: its RDMA objects belong to the parent, call names the caller */
+bool shs__ctx_forked(shs_ctx_t *ctx, const char *call);
+/* registered regions of the process, for the fork warning */
+void shs__fork_regions_add(int delta);
+/* warn once per process when RLIMIT_MEMLOCK will stop registrations */
+void shs__memlock_check(const char *dev_name);
+/* log why ibv_reg_mr of len bytes failed with err, with what to do */
+void shs__reg_mr_explain(const char *dev_name, size_t len, int err);
 
 /* async events (async.c) */
 shs_status_t shs__async_start(shs_ctx_t *ctx);

@@ -36,17 +36,25 @@ enum {
     SHS_ACCESS_REMOTE_WRITE = 1u << 2  /* peers may shs_write into it (implies local write) */
 };
 
+/* Alignment of a registered region's address: the elements that collectives
+ * and averaging combine (float, double) must not straddle machine words. */
+#define SHS_REGION_ALIGN 8
+
 /*
  * shs_region_register - register caller memory [addr, addr + len) with the
- * given SHS_ACCESS_* flags. Collective over all ranks of ctx.
+ * given SHS_ACCESS_* flags. Collective over all ranks of ctx. addr must be
+ * aligned to SHS_REGION_ALIGN bytes (malloc's and mmap's are).
  *
  * The caller keeps ownership of the memory and must keep it allocated until
  * shs_region_destroy(). *region_p is owned by the caller.
  *
- * Status: SHS_OK; SHS_ERR_INVALID_ARG (NULL addr, len 0, unknown flags);
+ * Status: SHS_OK; SHS_ERR_INVALID_ARG (NULL or unaligned addr, len 0,
+ * unknown flags: every rank fails, this one with the reason logged);
  * SHS_ERR_SIZE_MISMATCH on every rank if the ranks' len differ (the log
  * names the ranks and their sizes); SHS_ERR_NO_RESOURCE if the device
- * refused the registration on this rank; SHS_ERR_PEER_FAILED on the other
+ * refused the registration on this rank (the log says why, e.g. RLIMIT_MEMLOCK
+ * too low and how to raise it); SHS_ERR_BAD_STATE in a forked child for a
+ * context of its parent; SHS_ERR_PEER_FAILED on the other
  * ranks when registration failed on some rank (or a rank left);
  * SHS_ERR_TIMEOUT.
  */

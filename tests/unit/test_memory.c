@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -258,6 +259,41 @@ START_TEST(test_pin_refusals)
 }
 END_TEST
 
+START_TEST(test_memlock_advice)
+{
+    char buf[512];
+    shs__memlock_advice(64 << 10, 4 << 20, buf, sizeof(buf));
+    ck_assert_ptr_nonnull(strstr(buf, "RLIMIT_MEMLOCK is 64 KiB; registering 4 MiB needs more"));
+    ck_assert_ptr_nonnull(strstr(buf, "ulimit -l unlimited"));
+    ck_assert_ptr_nonnull(strstr(buf, "LimitMEMLOCK=infinity"));
+    shs__memlock_advice(8ull << 30, (size_t)3 << 29, buf, sizeof(buf));
+    ck_assert_ptr_nonnull(strstr(buf, "RLIMIT_MEMLOCK is 8 GiB; registering 1536 MiB"));
+    shs__memlock_advice(8 << 20, 0, buf, sizeof(buf));
+    ck_assert_ptr_nonnull(strstr(buf, "RLIMIT_MEMLOCK is 8 MiB: registering more than that fails"));
+    shs__memlock_advice(SHS_MEMLOCK_UNLIMITED, 1 << 20, buf, sizeof(buf));
+    ck_assert_ptr_nonnull(strstr(buf, "unlimited"));
+    /* truncation is safe */
+    shs__memlock_advice(64 << 10, 4 << 20, buf, 16);
+    ck_assert_uint_eq(strlen(buf), 15);
+}
+END_TEST
+
+/* The limit reported follows setrlimit, unless CAP_IPC_LOCK lifts it. */
+START_TEST(test_memlock_limit)
+{
+    struct rlimit rl = {256 << 10, 256 << 10};
+    struct rlimit old;
+    ck_assert_int_eq(getrlimit(RLIMIT_MEMLOCK, &old), 0);
+    if (old.rlim_max != RLIM_INFINITY && old.rlim_max < rl.rlim_max)
+        rl.rlim_cur = rl.rlim_max = old.rlim_max;
+    ck_assert_int_eq(setrlimit(RLIMIT_MEMLOCK, &rl), 0); /* in Check's forked child */
+    uint64_t got = shs__memlock_limit();
+    ck_assert(got == rl.rlim_cur || got == SHS_MEMLOCK_UNLIMITED);
+    if (geteuid() != 0)
+        ck_assert_uint_eq(got, rl.rlim_cur);
+}
+END_TEST
+
 Suite *memory_suite(void)
 {
     Suite *s = suite_create("memory");
@@ -272,6 +308,8 @@ Suite *memory_suite(void)
     tcase_add_test(tc, test_alloc_numa_local_to_device);
     tcase_add_test(tc, test_pin_to_cpu_list);
     tcase_add_test(tc, test_pin_refusals);
+    tcase_add_test(tc, test_memlock_advice);
+    tcase_add_test(tc, test_memlock_limit);
     suite_add_tcase(s, tc);
     return s;
 }

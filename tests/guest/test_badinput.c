@@ -1,0 +1,278 @@
+/*
+ * Guest test: bad input gives a clear, actionable error at the earliest point
+ * and leaves the caller's memory alone. Through the public API only.
+ *
+ *   shs_test_badinput CASE
+ *
+ *   device   SHS_DEVICE names no device: SHS_ERR_NO_DEVICE, the log lists
+ *            the devices there are
+ *   gid      SHS_GID_INDEX names an empty entry: SHS_ERR_NO_DEVICE, named
+ *   port     SHS_IB_PORT names no port: SHS_ERR_NO_DEVICE, named
+ *   region   zero-length, unaligned, NULL and unknown-flag regions are refused
+ *            with the reason, the memory is untouched, the context still works
+ *   memlock  RLIMIT_MEMLOCK 64 KiB without CAP_IPC_LOCK: a warning at context
+ *            creation and, for a 4 MiB region, SHS_ERR_NO_RESOURCE with the
+ *            limit, the size and how to raise it
+ *   fork     fork() after registration: the child is warned, its calls on the
+ *            parent's context are refused (SHS_ERR_BAD_STATE) without touching
+ *            the parent's RDMA objects; the parent carries on
+ *
+ * Each case runs in a child process (one rank, oob) whose log the launcher
+ * checks for the expected sentences. Exit status: 0 pass, 1 fail, 77 no RDMA
+ * device.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <shadowsync/shadowsync.h>
+
+#define RC_OK 0
+#define RC_FAIL 1
+#define RC_SKIP 77
+#define CHILD_WINDOW_S 100 /* under the CTest TIMEOUT */
+#define MEMLOCK_LIMIT (64u << 10)
+#define NOBODY 65534
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fail(const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "FAIL: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(RC_FAIL);
+}
+
+#define CHECK_EQ(expr, want)                                                          \
+    do {                                                                              \
+        shs_status_t st_ = (expr);                                                    \
+        if (st_ != (want))                                                            \
+            fail("%s:%d: %s -> %s, expected %s", __FILE__, __LINE__, #expr,           \
+                 shs_status_string(st_), shs_status_string(want));                    \
+    } while (0)
+
+static shs_ctx_t *ctx_or_fail(void)
+{
+    shs_ctx_t *ctx = NULL;
+    CHECK_EQ(shs_ctx_create(NULL, &ctx), SHS_OK);
+    return ctx;
+}
+
+static void case_refused_ctx(void)
+{
+    shs_ctx_t *ctx = NULL;
+    CHECK_EQ(shs_ctx_create(NULL, &ctx), SHS_ERR_NO_DEVICE);
+    if (ctx != NULL)
+        fail("context handle written on failure");
+}
+
+static void case_region(void)
+{
+    shs_ctx_t *ctx = ctx_or_fail();
+    shs_region_t *r = NULL;
+    static uint64_t buf[1024];
+    for (size_t i = 0; i < 1024; i++)
+        buf[i] = i * 0x9e3779b97f4a7c15ull;
+
+    CHECK_EQ(shs_region_alloc(ctx, 0, SHS_ACCESS_REMOTE_READ, &r), SHS_ERR_INVALID_ARG);
+    CHECK_EQ(shs_region_register(ctx, buf, 0, SHS_ACCESS_REMOTE_READ, &r), SHS_ERR_INVALID_ARG);
+    CHECK_EQ(shs_region_register(ctx, (char *)buf + 1, 4096, SHS_ACCESS_REMOTE_READ, &r),
+             SHS_ERR_INVALID_ARG);
+    CHECK_EQ(shs_region_register(ctx, NULL, 4096, SHS_ACCESS_REMOTE_READ, &r),
+             SHS_ERR_INVALID_ARG);
+    CHECK_EQ(shs_region_register(ctx, buf, 4096, 0x80, &r), SHS_ERR_INVALID_ARG);
+    if (r != NULL)
+        fail("region handle written on failure");
+    for (size_t i = 0; i < 1024; i++)
+        if (buf[i] != i * 0x9e3779b97f4a7c15ull)
+            fail("a refused registration changed the caller's memory at word %zu", i);
+    /* the context is still usable */
+    CHECK_EQ(shs_region_register(ctx, buf, sizeof(buf), SHS_ACCESS_REMOTE_READ, &r), SHS_OK);
+    shs_region_destroy(r);
+    shs_ctx_destroy(ctx);
+}
+
+static void case_memlock(void)
+{
+    struct rlimit rl = {MEMLOCK_LIMIT, MEMLOCK_LIMIT};
+    if (setrlimit(RLIMIT_MEMLOCK, &rl) != 0)
+        fail("setrlimit(RLIMIT_MEMLOCK): %s", strerror(errno));
+    /* root's CAP_IPC_LOCK lifts the limit: become nobody, as a job would be */
+    if (geteuid() == 0 && (setgid(NOBODY) != 0 || setuid(NOBODY) != 0))
+        fail("setuid(nobody): %s", strerror(errno));
+    shs_ctx_t *ctx = ctx_or_fail();
+    shs_region_t *r = NULL;
+    CHECK_EQ(shs_region_alloc(ctx, 4u << 20, SHS_ACCESS_REMOTE_READ, &r), SHS_ERR_NO_RESOURCE);
+    /* what fits under the limit still registers */
+    CHECK_EQ(shs_region_alloc(ctx, 4096, SHS_ACCESS_REMOTE_READ, &r), SHS_OK);
+    shs_region_destroy(r);
+    shs_ctx_destroy(ctx);
+}
+
+static void case_fork(void)
+{
+    shs_ctx_t *ctx = ctx_or_fail();
+    shs_region_t *r = NULL, *r2 = NULL;
+    CHECK_EQ(shs_region_alloc(ctx, 1u << 20, SHS_ACCESS_REMOTE_READ | SHS_ACCESS_LOCAL_WRITE,
+                              &r), SHS_OK);
+    uint8_t *p = shs_region_addr(r);
+    for (size_t i = 0; i < (1u << 20); i++)
+        p[i] = (uint8_t)(i * 7);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0)
+        fail("fork: %s", strerror(errno));
+    if (pid == 0) {
+        shs_region_t *x = NULL;
+        CHECK_EQ(shs_region_alloc(ctx, 4096, SHS_ACCESS_REMOTE_READ, &x), SHS_ERR_BAD_STATE);
+        CHECK_EQ(shs_ctx_barrier(ctx), SHS_ERR_BAD_STATE);
+        shs_region_destroy(r); /* refused quietly: the parent's */
+        shs_ctx_destroy(ctx);  /* likewise */
+        fprintf(stderr, "child: refused as expected\n");
+        _exit(RC_OK);
+    }
+    int ws;
+    if (waitpid(pid, &ws, 0) != pid || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+        fail("the forked child failed");
+    /* the parent's region and context are intact */
+    for (size_t i = 0; i < (1u << 20); i++)
+        if (p[i] != (uint8_t)(i * 7))
+            fail("the parent's region changed at byte %zu", i);
+    CHECK_EQ(shs_region_alloc(ctx, 4096, SHS_ACCESS_REMOTE_READ, &r2), SHS_OK);
+    CHECK_EQ(shs_ctx_barrier(ctx), SHS_OK);
+    shs_region_destroy(r2);
+    shs_region_destroy(r);
+    shs_ctx_destroy(ctx);
+}
+
+/* ------------------------------------------------------------- launcher */
+
+typedef struct bad_case {
+    const char *name;
+    const char *env[2][2];   /* knobs this case sets */
+    void (*run)(void);
+    const char *expect[4];   /* sentences the child's log must hold */
+} bad_case_t;
+
+static const bad_case_t cases[] = {
+    {"device", {{"SHS_DEVICE", "nosuchdev0"}}, case_refused_ctx,
+     {"no device named 'nosuchdev0'", "(SHS_DEVICE); devices here: ", "@DEV"}},
+    {"gid", {{"SHS_GID_INDEX", "999"}}, case_refused_ctx, {"gid index 999 is empty or missing"}},
+    {"port", {{"SHS_IB_PORT", "9"}}, case_refused_ctx,
+     {"at the configured port (SHS_IB_PORT)"}},
+    {"region", {{NULL}}, case_region,
+     {"length 0", "is not aligned to 8 bytes", "NULL address", "unknown access flags 0x80"}},
+    {"memlock", {{NULL}}, case_memlock,
+     {"RLIMIT_MEMLOCK is 64 KiB: registering more than that fails",
+      "RLIMIT_MEMLOCK is 64 KiB; registering 4 MiB needs more",
+      "ulimit -l unlimited"}},
+    {"fork", {{NULL}}, case_fork,
+     {"fork() with 1 RDMA region(s) registered", "RDMAV_FORK_SAFE=1",
+      "this context was created before a fork()", "child: refused as expected"}},
+};
+
+static bool have_rdma_device(void)
+{
+    DIR *d = opendir("/sys/class/infiniband");
+    bool found = false;
+    if (d == NULL)
+        return false;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        if (e->d_name[0] != '.')
+            found = true;
+    closedir(d);
+    return found;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv)
+{
+    const bad_case_t *c = NULL;
+    for (size_t i = 0; argc >= 2 && i < sizeof(cases) / sizeof(cases[0]); i++)
+        if (strcmp(argv[argc - 1], cases[i].name) == 0)
+            c = &cases[i];
+    if (c == NULL) {
+        fprintf(stderr, "usage: %s device|gid|port|region|memlock|fork\n", argv[0]);
+        return RC_FAIL;
+    }
+    if (argc == 3 && strcmp(argv[1], "--child") == 0) {
+        c->run();
+        return RC_OK;
+    }
+    if (!have_rdma_device()) {
+        fprintf(stderr, "no RDMA device (/sys/class/infiniband is empty): skipped\n");
+        return RC_SKIP;
+    }
+    const char *dev = getenv("SHS_VM_DEV");
+    char logpath[] = "/tmp/shs-badinput-XXXXXX";
+    int logfd = mkstemp(logpath);
+    if (logfd < 0)
+        fail("mkstemp: %s", strerror(errno));
+    setenv("SHS_RANK", "0", 1);
+    setenv("SHS_SIZE", "1", 1);
+    setenv("SHS_CONNECT", "oob", 1);
+    setenv("SHS_JOB_TOKEN", "badinput-test", 1);
+    setenv("SHS_LOG", "warn", 1);
+    if (dev != NULL && getenv("SHS_DEVICE") == NULL)
+        setenv("SHS_DEVICE", dev, 1);
+    for (int i = 0; i < 2 && c->env[i][0] != NULL; i++)
+        setenv(c->env[i][0], c->env[i][1], 1);
+
+    pid_t pid = fork();
+    if (pid < 0)
+        fail("fork: %s", strerror(errno));
+    if (pid == 0) {
+        dup2(logfd, STDERR_FILENO);
+        execl("/proc/self/exe", argv[0], "--child", c->name, (char *)NULL);
+        _exit(RC_FAIL);
+    }
+    int ws = 0;
+    double start = now_s();
+    while (waitpid(pid, &ws, WNOHANG) == 0) {
+        if (now_s() - start > CHILD_WINDOW_S) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &ws, 0);
+            fprintf(stderr, "FAIL %s: still running after %d s\n", c->name, CHILD_WINDOW_S);
+            return RC_FAIL;
+        }
+        usleep(20 * 1000);
+    }
+    char log[16384];
+    ssize_t n = pread(logfd, log, sizeof(log) - 1, 0);
+    close(logfd);
+    unlink(logpath);
+    log[n > 0 ? n : 0] = '\0';
+    fprintf(stderr, "---- %s: the child's log\n%s----\n", c->name, log);
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+        fprintf(stderr, "FAIL %s: the child exited with %d\n", c->name,
+                WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws));
+        return RC_FAIL;
+    }
+    for (int i = 0; i < 4 && c->expect[i] != NULL; i++) {
+        const char *want = strcmp(c->expect[i], "@DEV") == 0 ? dev : c->expect[i];
+        if (want != NULL && strstr(log, want) == NULL) {
+            fprintf(stderr, "FAIL %s: the log lacks \"%s\"\n", c->name, want);
+            return RC_FAIL;
+        }
+    }
+    printf("PASS badinput %s in %.1f s\n", c->name, now_s() - start);
+    return RC_OK;
+}
