@@ -123,6 +123,25 @@ static const knob_t knobs[] = {
     /* 0: split only where the device requires it (max_msg_sz). */
     KNOB_SIZE("SHS_MAX_CHUNK", max_chunk, "0", 0, 1ll << 31,
               "bytes per work request (k/m/g suffixes); 0 = the device's max_msg_sz"),
+    /* 1 MiB: a READ whose response loses a packet is retried from that packet
+     * to its end (go-back-N), and its completion is the first sign of progress
+     * a flush sees; 1 MiB keeps both small on a slow or lossy link while the
+     * per-request cost stays negligible next to the transfer on real links. */
+    KNOB_SIZE("SHS_READ_CHUNK", read_chunk, "1m", 0, 1ll << 31,
+              "bytes per READ work request (k/m/g); 0 = as SHS_MAX_CHUNK"),
+    /* 4 MiB: READ responses are sent by the peer as fast as it can, without
+     * flow control; capping what is requested at once bounds the queue that
+     * builds on a slow link (and what one loss costs) while covering the
+     * bandwidth-delay product of any RDMA link (100 Gb/s x 10 us = 125 KB). */
+    KNOB_SIZE("SHS_READ_INFLIGHT", read_inflight, "4m", 0, 1ll << 40,
+              "READ bytes outstanding per QP (k/m/g); 0 = no cap beyond the device's "
+              "max_qp_rd_atom"),
+    /* 0: two-sided messages (shs_send/shs_recv) cost SHS_RQ_DEPTH receive
+     * buffers of this size per queue pair, registered at start-up; the
+     * runtime's own algorithms are one-sided and need none. */
+    KNOB_SIZE("SHS_MSG_SIZE", msg_size, "0", 0, 1ll << 30,
+              "largest shs_send message = bytes of each receive buffer (k/m/g); "
+              "0 = no two-sided messages"),
     /* 10 s: a 64 MiB transfer takes well under a second on any RDMA link, and
      * QP retries report a dead peer in ~0.5 s; 10 s tells slow from dead. */
     KNOB_INT("SHS_OP_TIMEOUT_MS", op_timeout_ms, "10000", 1, 24 * 3600 * 1000,
@@ -591,12 +610,14 @@ static size_t edit_distance(const char *a, size_t la, const char *b)
     return row[lb];
 }
 
-/* A misspelt knob is silently ignored otherwise. Only near-misses warn: tools
- * and the guest harness keep their own SHS_VM_*, SHS_TEST_* variables. */
+/* A misspelt knob is silently ignored otherwise. Only near-misses warn, and
+ * never the prefixes that tools and the guest harness keep for themselves
+ * (SHS_VM_*, SHS_TEST_*), however close a future knob's name comes to them. */
 static void warn_misspelt_knobs(void)
 {
     for (char **e = environ; e != NULL && *e != NULL; e++) {
-        if (strncmp(*e, "SHS_", 4) != 0)
+        if (strncmp(*e, "SHS_", 4) != 0 || strncmp(*e, "SHS_VM_", 7) == 0 ||
+            strncmp(*e, "SHS_TEST_", 9) == 0)
             continue;
         size_t len = strcspn(*e, "=");
         if (shs__config_knob_index_n(*e, len) >= 0)

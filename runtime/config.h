@@ -51,6 +51,9 @@ typedef struct shs__config {
     int rq_depth;              /* SHS_RQ_DEPTH receives per QP */
     int signal_every;          /* SHS_SIGNAL_EVERY (selective signaling) */
     size_t max_chunk;          /* SHS_MAX_CHUNK bytes per work request (0 = device max_msg_sz) */
+    size_t read_chunk;         /* SHS_READ_CHUNK bytes per READ work request (0 = as max_chunk) */
+    size_t read_inflight;      /* SHS_READ_INFLIGHT READ bytes outstanding per QP (0 = no cap) */
+    size_t msg_size;           /* SHS_MSG_SIZE bytes per receive buffer (0 = no two-sided messages) */
     int op_timeout_ms;         /* SHS_OP_TIMEOUT_MS bound on any wait for completions */
     /* memory */
     shs__tristate_t hugepages; /* SHS_HUGEPAGES auto|on|off */

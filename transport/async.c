@@ -86,7 +86,7 @@ static void *async_main(void *arg)
             struct rdma_cm_event *ev;
             while (rdma_get_cm_event(ctx->cm_channel, &ev) == 0) {
                 shs__rdmacm_handle_late_event(ctx, ev);
-                rdma_ack_cm_event(ev);
+                shs__rdmacm_ack_event(ev);
             }
         }
     }

@@ -56,6 +56,7 @@ shs_status_t shs__mesh_alloc(shs_ctx_t *ctx)
         SHS_ERROR("qps per peer %d is out of range for %d ranks", qpp, ctx->size);
         return SHS_ERR_CONFIG;
     }
+    ctx->wr_mask = pow2_at_least((unsigned)ctx->cfg.sq_depth) - 1;
     ctx->peers = calloc((size_t)ctx->size, sizeof(*ctx->peers));
     ctx->conns = calloc((size_t)ctx->size * (size_t)qpp, sizeof(*ctx->conns));
     if (ctx->peers == NULL || ctx->conns == NULL)
@@ -71,11 +72,23 @@ shs_status_t shs__mesh_alloc(shs_ctx_t *ctx)
         peer->conns = calloc((size_t)qpp, sizeof(*peer->conns));
         peer->imm_val = calloc(cap, sizeof(*peer->imm_val));
         peer->imm_conn = calloc(cap, sizeof(*peer->imm_conn));
-        if (peer->conns == NULL || peer->imm_val == NULL || peer->imm_conn == NULL)
+        peer->msg_conn = calloc(cap, sizeof(*peer->msg_conn));
+        peer->msg_slot = calloc(cap, sizeof(*peer->msg_slot));
+        peer->msg_len = calloc(cap, sizeof(*peer->msg_len));
+        if (peer->conns == NULL || peer->imm_val == NULL || peer->imm_conn == NULL ||
+            peer->msg_conn == NULL || peer->msg_slot == NULL || peer->msg_len == NULL)
             goto err_free;
         peer->imm_mask = cap - 1;
         for (int q = 0; q < qpp; q++) {
             shs__conn_t *conn = &peer->conns[q];
+            conn->rd_mark = calloc(ctx->wr_mask + 1, sizeof(*conn->rd_mark));
+            conn->rx_free = calloc((size_t)ctx->cfg.rq_depth, sizeof(*conn->rx_free));
+            conn->rx_held = calloc((size_t)ctx->cfg.rq_depth, sizeof(*conn->rx_held));
+            if (conn->rd_mark == NULL || conn->rx_free == NULL || conn->rx_held == NULL)
+                goto err_free;
+            for (int i = 0; i < ctx->cfg.rq_depth; i++)
+                conn->rx_free[i] = (uint32_t)(ctx->cfg.rq_depth - 1 - i);
+            conn->rx_nfree = (unsigned)ctx->cfg.rq_depth;
             conn->peer = peer;
             conn->qp_slot = q;
             conn->index = ctx->nconns;
@@ -94,9 +107,17 @@ void shs__mesh_free(shs_ctx_t *ctx)
 {
     if (ctx->peers != NULL) {
         for (int r = 0; r < ctx->size; r++) {
+            for (int q = 0; ctx->peers[r].conns != NULL && q < ctx->cfg.qps_per_peer; q++) {
+                free(ctx->peers[r].conns[q].rd_mark);
+                free(ctx->peers[r].conns[q].rx_free);
+                free(ctx->peers[r].conns[q].rx_held);
+            }
             free(ctx->peers[r].conns);
             free(ctx->peers[r].imm_val);
             free(ctx->peers[r].imm_conn);
+            free(ctx->peers[r].msg_conn);
+            free(ctx->peers[r].msg_slot);
+            free(ctx->peers[r].msg_len);
         }
     }
     free(ctx->peers);
@@ -145,14 +166,36 @@ shs_status_t shs__conn_create_qp(shs_ctx_t *ctx, shs__conn_t *conn)
     return SHS_OK;
 }
 
+int shs__conn_post_recv(shs_ctx_t *ctx, shs__conn_t *conn)
+{
+    struct ibv_sge sge;
+    struct ibv_recv_wr wr = {0}, *bad;
+
+    if (conn->rx_nfree == 0)
+        return ENOSPC; /* more reposts than receives taken: a bug */
+    uint32_t slot = conn->rx_free[--conn->rx_nfree];
+    wr.wr_id = (uint64_t)conn->index | SHS__WRID_RECV | ((uint64_t)slot << SHS__WRID_SEQ_SHIFT);
+    /* write-with-immediate consumes a receive but places no data through it:
+     * without two-sided messages the receives carry no scatter list */
+    if (ctx->rx_mr != NULL) {
+        size_t msg = ctx->cfg.msg_size;
+        sge.addr = (uintptr_t)ctx->rx_mem.addr +
+                   ((size_t)conn->index * (size_t)ctx->cfg.rq_depth + slot) * msg;
+        sge.length = (uint32_t)msg;
+        sge.lkey = ctx->rx_mr->lkey;
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+    }
+    int rc = ibv_post_recv(conn->qp, &wr, &bad);
+    if (rc != 0)
+        conn->rx_free[conn->rx_nfree++] = slot;
+    return rc;
+}
+
 shs_status_t shs__conn_post_recvs(shs_ctx_t *ctx, shs__conn_t *conn)
 {
-    /* write-with-immediate consumes a receive but places no data through it,
-     * so receives carry no scatter list */
     for (int i = 0; i < ctx->cfg.rq_depth; i++) {
-        struct ibv_recv_wr wr = {.wr_id = (uint64_t)conn->index | SHS__WRID_RECV};
-        struct ibv_recv_wr *bad;
-        int rc = ibv_post_recv(conn->qp, &wr, &bad);
+        int rc = shs__conn_post_recv(ctx, conn);
         if (rc != 0) {
             SHS_ERROR("peer %d qp 0x%x: ibv_post_recv: %s", conn->peer->rank,
                       conn->qp->qp_num, strerror(rc));

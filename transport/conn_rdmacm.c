@@ -251,7 +251,7 @@ shs_status_t shs__connect_rdmacm(shs_ctx_t *ctx)
         struct rdma_cm_event *ev;
         while (rdma_get_cm_event(ctx->cm_channel, &ev) == 0) {
             status = on_event(ctx, ev, &established);
-            rdma_ack_cm_event(ev);
+            shs__rdmacm_ack_event(ev);
             if (status != SHS_OK)
                 goto out_free;
         }
@@ -268,6 +268,19 @@ shs_status_t shs__connect_rdmacm(shs_ctx_t *ctx)
 out_free:
     free(all);
     return status;
+}
+
+void shs__rdmacm_ack_event(struct rdma_cm_event *ev)
+{
+    /* a refused connect request leaves a new id that nobody owns (only
+     * accepted ones get a connection as context): free it once acked */
+    struct rdma_cm_id *stray = ev->event == RDMA_CM_EVENT_CONNECT_REQUEST &&
+                                       ev->id->context == NULL
+                                   ? ev->id
+                                   : NULL;
+    rdma_ack_cm_event(ev);
+    if (stray != NULL)
+        rdma_destroy_id(stray);
 }
 
 void shs__rdmacm_handle_late_event(shs_ctx_t *ctx, struct rdma_cm_event *ev)

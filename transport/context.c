@@ -108,11 +108,17 @@ shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p)
     status = scratch_register(ctx);
     if (status != SHS_OK)
         goto err_destroy_cq;
+    status = shs__msg_setup(ctx);
+    if (status != SHS_OK)
+        goto err_deregister_scratch;
     status = ctx->cfg.connect_mode == SHS_CONNECT_RDMACM ? shs__connect_rdmacm(ctx)
                                                          : shs__connect_oob(ctx);
     if (status != SHS_OK)
         goto err_disconnect;
     status = scratch_exchange(ctx);
+    if (status != SHS_OK)
+        goto err_disconnect;
+    status = shs__msg_check(ctx);
     if (status != SHS_OK)
         goto err_disconnect;
     status = shs__async_start(ctx);
@@ -127,6 +133,8 @@ shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p)
 
 err_disconnect:
     disconnect_all(ctx);
+    shs__msg_teardown(ctx);
+err_deregister_scratch:
     scratch_deregister(ctx);
 err_destroy_cq:
     shs__cq_destroy(ctx);
@@ -156,6 +164,7 @@ void shs_ctx_destroy(shs_ctx_t *ctx)
                  ctx->live_regions);
     shs__async_stop(ctx);
     disconnect_all(ctx);
+    shs__msg_teardown(ctx);
     scratch_deregister(ctx);
     shs__cq_destroy(ctx);
     shs__mesh_free(ctx);

@@ -140,6 +140,14 @@ shs_status_t shs__device_open(shs_ctx_t *ctx)
                  ctx->dev_name, ctx->port, ctx->gid.index);
 
     ctx->chunk = shs__chunk_size(ctx->cfg.max_chunk, ctx->port_attr.max_msg_sz);
+    ctx->read_chunk = shs__read_chunk_size(ctx->cfg.read_chunk, ctx->chunk,
+                                           ctx->cfg.read_inflight);
+    ctx->read_budget = ctx->cfg.read_inflight != 0 ? ctx->cfg.read_inflight : UINT64_MAX;
+    /* unsignaled requests never carry half the READ budget, so a READ that
+     * waits for budget always waits for a signaled completion */
+    ctx->signal_bytes = SHS__SIGNAL_BYTES;
+    if (ctx->cfg.read_inflight != 0 && ctx->signal_bytes > ctx->cfg.read_inflight / 2)
+        ctx->signal_bytes = ctx->cfg.read_inflight / 2 > 0 ? ctx->cfg.read_inflight / 2 : 1;
     /* the device's limits override the knobs, with a word in the log */
     if (ctx->cfg.sq_depth > ctx->dev_attr.max_qp_wr || ctx->cfg.rq_depth > ctx->dev_attr.max_qp_wr) {
         SHS_WARN("%s: queue depths %d/%d capped at the device's max_qp_wr %d", ctx->dev_name,
@@ -172,10 +180,11 @@ shs_status_t shs__device_open(shs_ctx_t *ctx)
         goto err_close_verbs;
     }
     SHS_INFO("device %s port %d gid %d (%s%s) active mtu %d max_msg_sz %u chunk %zu "
-             "rd_atom %d/%d", ctx->dev_name, ctx->port, ctx->gid.index,
-             ctx->gid.roce_v2 ? "roce v2" : "roce v1/ib",
+             "read chunk %zu read inflight %zu rd_atom %d/%d", ctx->dev_name, ctx->port,
+             ctx->gid.index, ctx->gid.roce_v2 ? "roce v2" : "roce v1/ib",
              ctx->gid.ipv4_mapped ? ", ipv4" : "", 128 << ctx->port_attr.active_mtu,
-             ctx->port_attr.max_msg_sz, ctx->chunk, ctx->rd_atom, ctx->rd_resp);
+             ctx->port_attr.max_msg_sz, ctx->chunk, ctx->read_chunk, ctx->cfg.read_inflight,
+             ctx->rd_atom, ctx->rd_resp);
     return SHS_OK;
 
 err_close_verbs:

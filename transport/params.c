@@ -62,6 +62,14 @@ shs_status_t shs__ctx_params_apply(const shs_ctx_params_t *p, shs__config_t *cfg
         cfg->connect_timeout_ms = p->connect_timeout_ms;
     if (m & SHS_CTX_PARAM_OP_TIMEOUT)
         cfg->op_timeout_ms = p->op_timeout_ms;
+    if (m & SHS_CTX_PARAM_QPS_PER_PEER)
+        cfg->qps_per_peer = p->qps_per_peer;
+    if (m & SHS_CTX_PARAM_SQ_DEPTH)
+        cfg->sq_depth = p->sq_depth;
+    if (m & SHS_CTX_PARAM_RQ_DEPTH)
+        cfg->rq_depth = p->rq_depth;
+    if (m & SHS_CTX_PARAM_MSG_SIZE)
+        cfg->msg_size = p->msg_size;
     if ((m & SHS_CTX_PARAM_SYSFS_ROOT) &&
         (status = copy_str(sysfs_root, sysfs_root_len, p->sysfs_root, "sysfs_root")) != SHS_OK)
         return status;
@@ -78,6 +86,16 @@ shs_status_t shs__ctx_params_apply(const shs_ctx_params_t *p, shs__config_t *cfg
     }
     if (cfg->gid_index < -1) {
         SHS_ERROR("gid index %d is out of range (-1 is automatic)", cfg->gid_index);
+        return SHS_ERR_CONFIG;
+    }
+    /* a send queue shallower than SHS_SIGNAL_EVERY is fine: the device
+     * set-up signals at least every sq_depth / 2 requests */
+    if (cfg->qps_per_peer < 1 || cfg->qps_per_peer > 16 || cfg->sq_depth < 1 ||
+        cfg->sq_depth > (1 << 16) || cfg->rq_depth < 1 || cfg->rq_depth > (1 << 16) ||
+        cfg->msg_size > ((size_t)1 << 30)) {
+        SHS_ERROR("qps per peer %d (1-16), sq depth %d, rq depth %d (1-65536) or msg "
+                  "size %zu (<= 1 GiB) out of range", cfg->qps_per_peer, cfg->sq_depth,
+                  cfg->rq_depth, cfg->msg_size);
         return SHS_ERR_CONFIG;
     }
     if (cfg->connect_timeout_ms <= 0 || cfg->op_timeout_ms <= 0) {

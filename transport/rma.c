@@ -10,16 +10,6 @@
 #include "runtime/log.h"
 #include "transport/transport.h"
 
-/* Empty polls before a waiting caller starts yielding its CPU: short enough
- * that a few waiting ranks on few cores (the emulated guest) let the one
- * that must make progress run, long enough not to add latency to a
- * completion that is microseconds away. */
-#define SHS__SPIN_POLLS 2000
-/* A wait's deadline counts time without a completion, so completions must
- * come at least every this many bytes: otherwise one flush of 64 MiB over a
- * slow link (a few MB/s between emulated guests) looks like a dead peer. A
- * completion per MiB costs nothing next to the transfer itself. */
-#define SHS__SIGNAL_BYTES (1u << 20)
 
 static void fail_from_wc(shs_ctx_t *ctx, shs__conn_t *conn, const struct ibv_wc *wc)
 {
@@ -53,10 +43,21 @@ int shs__poll(shs_ctx_t *ctx)
         }
         if (wc->wr_id & SHS__WRID_RECV) {
             /* room is guaranteed: one entry per receive not yet reposted */
-            unsigned t = peer->imm_tail & peer->imm_mask;
-            peer->imm_val[t] = ntohl(wc->imm_data);
-            peer->imm_conn[t] = (uint16_t)conn->qp_slot;
-            peer->imm_tail++;
+            uint32_t slot = (uint32_t)(wc->wr_id >> SHS__WRID_SEQ_SHIFT);
+            if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+                unsigned t = peer->imm_tail & peer->imm_mask;
+                peer->imm_val[t] = ntohl(wc->imm_data);
+                peer->imm_conn[t] = (uint16_t)conn->qp_slot;
+                peer->imm_tail++;
+                /* the buffer holds nothing: free now, posted again on take */
+                conn->rx_free[conn->rx_nfree++] = slot;
+            } else {
+                unsigned t = peer->msg_tail & peer->imm_mask;
+                peer->msg_conn[t] = (uint16_t)conn->qp_slot;
+                peer->msg_slot[t] = slot;
+                peer->msg_len[t] = wc->byte_len;
+                peer->msg_tail++;
+            }
         } else {
             uint64_t done = (wc->wr_id >> SHS__WRID_SEQ_SHIFT) + 1;
             if (done > conn->sq_done)
@@ -77,21 +78,36 @@ static shs_status_t peer_failed_status(shs__peer_t *peer, bool report)
     return SHS_ERR_PEER_FAILED;
 }
 
-static void idle(unsigned *empty)
+/* READ bytes posted on conn whose completion has not been seen. */
+static inline uint64_t rd_outstanding(const shs_ctx_t *ctx, const shs__conn_t *conn)
 {
-    if (++*empty > SHS__SPIN_POLLS)
-        sched_yield();
+    uint64_t done = conn->sq_done == 0 ? 0 : conn->rd_mark[(conn->sq_done - 1) & ctx->wr_mask];
+    return conn->rd_posted - done;
 }
 
-/* Wait until conn has room for n more work requests. */
-static shs_status_t reserve(shs_ctx_t *ctx, shs__conn_t *conn, unsigned n)
+static inline bool must_wait(const shs_ctx_t *ctx, const shs__conn_t *conn, unsigned n,
+                             uint64_t rd_bytes)
+{
+    if (conn->sq_posted - conn->sq_done + n > (uint64_t)ctx->cfg.sq_depth)
+        return true;
+    if (rd_bytes == 0)
+        return false;
+    uint64_t out = rd_outstanding(ctx, conn);
+    return out != 0 && out + rd_bytes > ctx->read_budget;
+}
+
+/* Wait until conn has room for n more work requests and, for a READ of
+ * rd_bytes, until the READ bytes in flight leave room for it
+ * (SHS_READ_INFLIGHT). Unsignaled requests carry less than half the budget
+ * (ctx->signal_bytes), so the wait always ends with a signaled completion. */
+static shs_status_t reserve(shs_ctx_t *ctx, shs__conn_t *conn, unsigned n, uint64_t rd_bytes)
 {
     uint64_t last_done = conn->sq_done;
     shs__deadline_t dl;
     unsigned empty = 0;
     bool armed = false;
 
-    while (conn->sq_posted - conn->sq_done + n > (uint64_t)ctx->cfg.sq_depth) {
+    while (must_wait(ctx, conn, n, rd_bytes)) {
         if (shs__peer_is_failed(conn->peer))
             return SHS_ERR_PEER_FAILED;
         if (!armed) {
@@ -107,10 +123,10 @@ static shs_status_t reserve(shs_ctx_t *ctx, shs__conn_t *conn, unsigned n)
         } else if (shs__deadline_passed(dl)) {
             shs__peer_fail(conn->peer, SHS_ERR_TIMEOUT,
                            "no send completion for %d ms (SHS_OP_TIMEOUT_MS) with a full "
-                           "send queue", ctx->cfg.op_timeout_ms);
+                           "send queue or READ budget", ctx->cfg.op_timeout_ms);
             return SHS_ERR_TIMEOUT;
         } else {
-            idle(&empty);
+            shs__idle(&empty);
         }
     }
     return SHS_OK;
@@ -145,9 +161,12 @@ static void fill_wr(shs_ctx_t *ctx, shs__conn_t *conn, unsigned k, size_t len,
 
     wr->wr_id = (uint64_t)conn->index | (seq << SHS__WRID_SEQ_SHIFT);
     wr->send_flags = 0;
+    if (wr->opcode == IBV_WR_RDMA_READ)
+        conn->rd_posted += len;
+    conn->rd_mark[seq & ctx->wr_mask] = conn->rd_posted;
     conn->unsignaled_bytes += len;
     if (force_signal || ++conn->unsignaled_run >= (unsigned)ctx->signal_every ||
-        conn->unsignaled_bytes >= SHS__SIGNAL_BYTES) {
+        conn->unsignaled_bytes >= ctx->signal_bytes) {
         wr->send_flags = IBV_SEND_SIGNALED;
         conn->unsignaled_run = 0;
         conn->unsignaled_bytes = 0;
@@ -198,7 +217,9 @@ static shs_status_t post_op(shs_ctx_t *ctx, int peer, shs_region_t *local, size_
 
     shs__peer_t *p = &ctx->peers[peer];
     const shs__remote_t *rm = &remote->remote[peer];
-    size_t pieces = shs__split_count(len, ctx->chunk);
+    bool is_read = opcode == IBV_WR_RDMA_READ;
+    size_t chunk = is_read ? ctx->read_chunk : ctx->chunk;
+    size_t pieces = shs__split_count(len, chunk);
     int qpp = ctx->cfg.qps_per_peer;
     unsigned first_conn = p->rr++ % (unsigned)qpp;
     if (pieces == 0)
@@ -216,14 +237,18 @@ static shs_status_t post_op(shs_ctx_t *ctx, int peer, shs_region_t *local, size_
         unsigned want = (unsigned)(stop - i);
         if (!(with_imm || qpp == 1))
             want = 1; /* the next piece goes to another QP */
+        if (is_read && pieces > 1)
+            want = 1; /* each piece waits for its share of the READ budget */
 
-        status = reserve(ctx, conn, want);
+        size_t off0, len0;
+        shs__split_piece(len, chunk, i, &off0, &len0);
+        status = reserve(ctx, conn, want, is_read ? (uint64_t)len0 : 0);
         if (status != SHS_OK)
             return status;
         for (; n < want; n++, i++) {
             size_t off, plen;
             bool last = i + 1 == pieces;
-            shs__split_piece(len, ctx->chunk, i, &off, &plen);
+            shs__split_piece(len, chunk, i, &off, &plen);
             struct ibv_sge *sge = &ctx->sge[n];
             struct ibv_send_wr *wr = &ctx->wr[n];
             sge->addr = (uintptr_t)local->addr + loff + off;
@@ -266,13 +291,52 @@ shs_status_t shs_write_imm(shs_ctx_t *ctx, int peer, shs_region_t *local, size_t
                    true, imm, flags);
 }
 
+shs_status_t shs_send(shs_ctx_t *ctx, int peer, shs_region_t *local, size_t local_off,
+                      size_t len, unsigned flags)
+{
+    if (ctx == NULL || local == NULL || local->ctx != ctx || peer < 0 || peer >= ctx->size ||
+        peer == ctx->rank)
+        return SHS_ERR_INVALID_ARG;
+    if (ctx->rx_mr == NULL) {
+        SHS_ERROR("send to peer %d: two-sided messages are off (SHS_MSG_SIZE is 0)", peer);
+        return SHS_ERR_UNSUPPORTED;
+    }
+    if (len > ctx->cfg.msg_size) {
+        SHS_ERROR("send of %zu bytes to peer %d: larger than the receive buffers "
+                  "(SHS_MSG_SIZE %zu)", len, peer, ctx->cfg.msg_size);
+        return SHS_ERR_INVALID_ARG;
+    }
+    if (!shs__range_ok(local_off, len, local->len)) {
+        SHS_ERROR("send of %zu bytes to peer %d: local [%zu, +%zu) of %zu is out of bounds",
+                  len, peer, local_off, len, local->len);
+        return SHS_ERR_OUT_OF_BOUNDS;
+    }
+    shs__peer_t *p = &ctx->peers[peer];
+    if (shs__peer_is_failed(p))
+        return SHS_ERR_PEER_FAILED;
+    shs__conn_t *conn = &p->conns[p->rr++ % (unsigned)ctx->cfg.qps_per_peer];
+    shs_status_t status = reserve(ctx, conn, 1, 0);
+    if (status != SHS_OK)
+        return status;
+    struct ibv_sge *sge = &ctx->sge[0];
+    struct ibv_send_wr *wr = &ctx->wr[0];
+    sge->addr = (uintptr_t)local->addr + local_off;
+    sge->length = (uint32_t)len;
+    sge->lkey = local->mr->lkey;
+    wr->sg_list = sge;
+    wr->num_sge = len != 0;
+    wr->opcode = IBV_WR_SEND;
+    fill_wr(ctx, conn, 0, len, (flags & SHS_OP_SIGNAL) != 0);
+    return post_batch(ctx, conn, 1);
+}
+
 /* Make the last work request posted on conn a signaled one, so that its
  * completion tells when everything before it is done: a zero-byte write into
  * the peer's scratch area. */
 static shs_status_t post_fence(shs_ctx_t *ctx, shs__conn_t *conn)
 {
     const shs__remote_t *sc = &ctx->scratch_remote[conn->peer->rank];
-    shs_status_t status = reserve(ctx, conn, 1);
+    shs_status_t status = reserve(ctx, conn, 1, 0);
     if (status != SHS_OK)
         return status;
     struct ibv_send_wr *wr = &ctx->wr[0];
@@ -365,7 +429,7 @@ shs_status_t shs_flush(shs_ctx_t *ctx, int peer, int timeout_ms)
             }
             break;
         } else {
-            idle(&empty);
+            shs__idle(&empty);
         }
     }
 
@@ -410,9 +474,7 @@ static bool take_imm(shs_ctx_t *ctx, shs__peer_t *p, uint32_t mask, uint32_t mat
         p->imm_conn[to] = p->imm_conn[from];
     }
     p->imm_head++;
-    struct ibv_recv_wr wr = {.wr_id = (uint64_t)conn->index | SHS__WRID_RECV};
-    struct ibv_recv_wr *bad;
-    int rc = ibv_post_recv(conn->qp, &wr, &bad);
+    int rc = shs__conn_post_recv(ctx, conn);
     if (rc != 0 && !shs__peer_is_failed(p))
         shs__peer_fail(p, SHS_ERR_TRANSPORT, "ibv_post_recv on qp 0x%x: %s",
                        conn->qp->qp_num, strerror(rc));
@@ -493,6 +555,6 @@ shs_status_t shs_wait_imm_match(shs_ctx_t *ctx, int peer, uint32_t mask, uint32_
         else if (shs__deadline_passed(dl))
             return SHS_ERR_TIMEOUT;
         else
-            idle(&empty);
+            shs__idle(&empty);
     }
 }

@@ -12,6 +12,14 @@ size_t shs__chunk_size(size_t max_chunk, size_t max_msg_sz)
     return c;
 }
 
+size_t shs__read_chunk_size(size_t read_chunk, size_t chunk, uint64_t read_budget)
+{
+    size_t c = read_chunk != 0 && read_chunk < chunk ? read_chunk : chunk;
+    if (read_budget != 0 && c > read_budget / 2)
+        c = (size_t)(read_budget / 2);
+    return c > 0 ? c : 1;
+}
+
 size_t shs__split_count(size_t len, size_t chunk)
 {
     return len / chunk + (len % chunk != 0);

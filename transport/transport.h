@@ -6,6 +6,7 @@
 #define SHS_TRANSPORT_TRANSPORT_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -17,6 +18,7 @@
 #include <rdma/rdma_cma.h>
 
 #include <shadowsync/context.h>
+#include <shadowsync/msg.h>
 #include <shadowsync/region.h>
 #include <shadowsync/rma.h>
 #include <shadowsync/status.h>
@@ -29,6 +31,11 @@
 #define SHS__REASON_LEN 192
 #define SHS__POST_BATCH 16 /* work requests chained into one post (one doorbell) */
 #define SHS__WC_BATCH 32
+/* A wait's deadline counts time without a completion, so completions must
+ * come at least every this many bytes: otherwise one flush of 64 MiB over a
+ * slow link (a few MB/s between emulated guests) looks like a dead peer. A
+ * completion per MiB costs nothing next to the transfer itself. */
+#define SHS__SIGNAL_BYTES (1u << 20)
 
 /* ---- GID selection from sysfs (pure: no verbs; unit-tested) ---- */
 typedef struct shs__gid_choice {
@@ -51,6 +58,10 @@ bool shs__gid_parse(const char *text, uint8_t gid[16]);
 /* Effective bytes per work request: max_chunk (0 = no knob) capped by the
  * device's max_msg_sz (0 = unknown). Never 0. */
 size_t shs__chunk_size(size_t max_chunk, size_t max_msg_sz);
+/* Bytes per READ work request: read_chunk (0 = chunk) capped by chunk and by
+ * half the READ budget (0 = none), so a READ can always be posted once the
+ * signaled ones before it complete. Never 0. */
+size_t shs__read_chunk_size(size_t read_chunk, size_t chunk, uint64_t read_budget);
 /* Number of work requests for len bytes (0 for len 0). */
 size_t shs__split_count(size_t len, size_t chunk);
 /* Offset and length of piece i of len bytes. */
@@ -71,7 +82,8 @@ const char *shs__wc_status_hint(enum ibv_wc_status st);
 
 /* ---- the objects ---- */
 
-/* wr_id layout: bits 0..15 connection index, bit 16 receive, 17.. sequence. */
+/* wr_id layout: bits 0..15 connection index, bit 16 receive, 17.. sequence
+ * (send) or receive buffer slot (receive). */
 #define SHS__WRID_CONN_BITS 16
 #define SHS__WRID_RECV (1ull << 16)
 #define SHS__WRID_SEQ_SHIFT 17
@@ -89,6 +101,16 @@ typedef struct shs__conn {
     uint64_t sq_signaled;     /* 1 + seq of the last signaled work request */
     unsigned unsignaled_run;  /* work requests since the last signaled one */
     size_t unsignaled_bytes;  /* bytes they carry */
+    /* READ bytes in flight: rd_posted counts every READ byte posted;
+     * rd_mark[seq & wr_mask] is rd_posted after work request seq, so that
+     * rd_posted - rd_mark[(sq_done - 1) & wr_mask] is what is outstanding */
+    uint64_t rd_posted;
+    uint64_t *rd_mark;
+    /* receive buffer slots (0 .. rq_depth-1) not posted and not held by the
+     * application: a receive is posted from here */
+    uint32_t *rx_free;
+    unsigned rx_nfree;
+    uint8_t *rx_held;         /* 1 while the application holds the slot's message */
 } shs__conn_t;
 
 typedef struct shs__peer {
@@ -105,6 +127,11 @@ typedef struct shs__peer {
     uint32_t *imm_val;
     uint16_t *imm_conn;       /* connection slot whose receive it used */
     unsigned imm_head, imm_tail, imm_mask;
+    /* received messages not yet taken (same capacity and mask) */
+    uint16_t *msg_conn;
+    uint32_t *msg_slot;       /* receive buffer slot holding the message */
+    uint32_t *msg_len;
+    unsigned msg_head, msg_tail;
 } shs__peer_t;
 
 typedef struct shs__remote {
@@ -143,7 +170,11 @@ struct shs_ctx {
     struct ibv_pd *pd;
     struct ibv_cq *cq;
     int cq_depth;
-    size_t chunk;
+    size_t chunk;             /* bytes per WRITE work request */
+    size_t read_chunk;        /* bytes per READ work request */
+    uint64_t read_budget;     /* READ bytes outstanding per QP (UINT64_MAX: no cap) */
+    size_t signal_bytes;      /* at most this many bytes ride on unsignaled requests */
+    uint64_t wr_mask;         /* rd_mark ring: a power of two >= sq_depth, minus 1 */
     int signal_every;
     int rd_atom;              /* outstanding READs we issue per QP */
     int rd_resp;              /* READs we accept per QP */
@@ -169,6 +200,12 @@ struct shs_ctx {
     int wake_pipe[2];
     atomic_int device_failed;
 
+    /* receive buffers for two-sided messages: rq_depth slots of msg_size
+     * bytes per connection (none when msg_size is 0) */
+    shs__mem_t rx_mem;
+    struct ibv_mr *rx_mr;
+    unsigned msg_rr;          /* fairness of shs_recv(SHS_PEER_ANY) */
+
     int post_batch;           /* work requests per post: <= sq_depth / 2 */
     unsigned imm_rr;          /* fairness of SHS_PEER_ANY */
     struct ibv_wc wc[SHS__WC_BATCH];
@@ -179,6 +216,8 @@ struct shs_ctx {
 /* connection helpers (conn.c) */
 shs_status_t shs__conn_create_qp(shs_ctx_t *ctx, shs__conn_t *conn);
 shs_status_t shs__conn_post_recvs(shs_ctx_t *ctx, shs__conn_t *conn);
+/* Post one receive from conn's free buffer slots; 0 or an errno value. */
+int shs__conn_post_recv(shs_ctx_t *ctx, shs__conn_t *conn);
 shs_status_t shs__mesh_alloc(shs_ctx_t *ctx);
 void shs__mesh_free(shs_ctx_t *ctx);
 /* The IP address a GID carries (IPv4-mapped or IPv6), for rdma_cm and logs. */
@@ -201,6 +240,8 @@ static inline bool shs__peer_is_failed(const shs__peer_t *peer)
 shs_status_t shs__connect_oob(shs_ctx_t *ctx);
 shs_status_t shs__connect_rdmacm(shs_ctx_t *ctx);
 void shs__rdmacm_teardown(shs_ctx_t *ctx);
+/* ack an rdma_cm event; frees the id of a connect request that was refused */
+void shs__rdmacm_ack_event(struct rdma_cm_event *ev);
 /* handle one rdma_cm event after setup (async thread) */
 void shs__rdmacm_handle_late_event(shs_ctx_t *ctx, struct rdma_cm_event *ev);
 
@@ -228,7 +269,24 @@ void shs__reg_mr_explain(const char *dev_name, size_t len, int err);
 shs_status_t shs__async_start(shs_ctx_t *ctx);
 void shs__async_stop(shs_ctx_t *ctx);
 
+/* two-sided messages (msg.c): receive buffers, set up before connecting */
+shs_status_t shs__msg_setup(shs_ctx_t *ctx);
+void shs__msg_teardown(shs_ctx_t *ctx);
+/* every rank must use the same msg_size (collective, after connecting) */
+shs_status_t shs__msg_check(shs_ctx_t *ctx);
+
 /* completions (rma.c) */
 int shs__poll(shs_ctx_t *ctx);
+
+/* Empty polls before a waiting caller starts yielding its CPU: short enough
+ * that a few waiting ranks on few cores (the emulated guest) let the one
+ * that must make progress run, long enough not to add latency to a
+ * completion that is microseconds away. */
+#define SHS__SPIN_POLLS 2000
+static inline void shs__idle(unsigned *empty)
+{
+    if (++*empty > SHS__SPIN_POLLS)
+        sched_yield();
+}
 
 #endif

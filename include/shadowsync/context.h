@@ -16,6 +16,7 @@
 #ifndef SHADOWSYNC_CONTEXT_H
 #define SHADOWSYNC_CONTEXT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <shadowsync/defs.h>
@@ -49,7 +50,11 @@ enum {
     SHS_CTX_PARAM_CONNECT_MODE = 1u << 7,
     SHS_CTX_PARAM_CONNECT_TIMEOUT = 1u << 8,
     SHS_CTX_PARAM_OP_TIMEOUT = 1u << 9,
-    SHS_CTX_PARAM_SYSFS_ROOT = 1u << 10
+    SHS_CTX_PARAM_SYSFS_ROOT = 1u << 10,
+    SHS_CTX_PARAM_QPS_PER_PEER = 1u << 11,
+    SHS_CTX_PARAM_SQ_DEPTH = 1u << 12,
+    SHS_CTX_PARAM_RQ_DEPTH = 1u << 13,
+    SHS_CTX_PARAM_MSG_SIZE = 1u << 14
 };
 
 /*
@@ -71,6 +76,10 @@ typedef struct shs_ctx_params {
     int op_timeout_ms;        /* bound on any wait for completions */
     const char *sysfs_root;   /* where device directories live
                                  (default "/sys/class/infiniband"; tests use a fake tree) */
+    int qps_per_peer;         /* RC queue pairs to each peer (SHS_QPS_PER_PEER) */
+    int sq_depth;             /* send queue depth per QP (SHS_SQ_DEPTH) */
+    int rq_depth;             /* receives per QP: immediates and messages (SHS_RQ_DEPTH) */
+    size_t msg_size;          /* largest shs_send message, 0 = none (SHS_MSG_SIZE) */
 } shs_ctx_params_t;
 
 /*
@@ -85,7 +94,7 @@ typedef struct shs_ctx_params {
  * SHS_ERR_INVALID_ARG (ctx_p NULL), SHS_ERR_NO_DEVICE (no matching ACTIVE
  * device/port or no usable GID), SHS_ERR_NO_MEMORY, SHS_ERR_NO_RESOURCE
  * (device limits), SHS_ERR_TOKEN_MISMATCH / SHS_ERR_VERSION_MISMATCH /
- * SHS_ERR_SIZE_MISMATCH (ranks disagree), SHS_ERR_CONNECT (a connection could
+ * SHS_ERR_SIZE_MISMATCH (ranks disagree, e.g. on msg_size), SHS_ERR_CONNECT (a connection could
  * not be established), SHS_ERR_PEER_FAILED (a rank left during setup),
  * SHS_ERR_TIMEOUT.
  */

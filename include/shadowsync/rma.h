@@ -5,9 +5,12 @@
  * Model. Posting is non-blocking: shs_read/shs_write/shs_write_imm queue the
  * transfer on the connection to a peer and return. Any length is accepted;
  * the library splits it into work requests of at most the device's message
- * limit (and SHS_MAX_CHUNK). Many operations may be outstanding; when the
- * send queue is full, posting makes progress (polls completions) until there
- * is room, bounded by the context's op timeout. Operations to one peer
+ * limit (and SHS_MAX_CHUNK; READs: SHS_READ_CHUNK). Many operations may be
+ * outstanding; when the send queue is full, or a READ would put more than
+ * SHS_READ_INFLIGHT bytes of READs in flight on one queue pair, posting
+ * makes progress (polls completions) until there is room, bounded by the
+ * context's op timeout. (READ responses have no flow control: the cap keeps
+ * a slow link's queue, and what a retransmission must repeat, small.) Operations to one peer
  * complete in the order posted. shs_flush() waits until every operation
  * posted before it has completed: then a WRITE's data has been placed in the
  * peer's memory, a READ's data is in local memory, and the local buffers may

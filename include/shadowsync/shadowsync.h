@@ -14,6 +14,7 @@
 #include <shadowsync/context.h>
 #include <shadowsync/region.h>
 #include <shadowsync/rma.h>
+#include <shadowsync/msg.h>
 #include <shadowsync/schedule.h>
 #include <shadowsync/collective.h>
 

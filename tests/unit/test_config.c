@@ -50,6 +50,9 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c.rq_depth, 256);
     ck_assert_int_eq(c.signal_every, 16);
     ck_assert_uint_eq(c.max_chunk, 0);
+    ck_assert_uint_eq(c.read_chunk, 1u << 20);
+    ck_assert_uint_eq(c.read_inflight, 4u << 20);
+    ck_assert_uint_eq(c.msg_size, 0);
     ck_assert_int_eq(c.op_timeout_ms, 10000);
     ck_assert_int_eq(c.hugepages, SHS_TRI_AUTO);
     ck_assert_str_eq(captured(), "");
@@ -78,6 +81,9 @@ static const char *const every_knob[] = {
     "SHS_RQ_DEPTH", "64",
     "SHS_SIGNAL_EVERY", "1024",
     "SHS_MAX_CHUNK", "64k",
+    "SHS_READ_CHUNK", "256k",
+    "SHS_READ_INFLIGHT", "0",
+    "SHS_MSG_SIZE", "4k",
     "SHS_OP_TIMEOUT_MS", "77",
     "SHS_HUGEPAGES", "on",
     "SHS_SHADOW_PIN", "2-3",
@@ -116,6 +122,9 @@ START_TEST(test_every_knob_parses)
     ck_assert_int_eq(c.rq_depth, 64);
     ck_assert_int_eq(c.signal_every, 1024);
     ck_assert_uint_eq(c.max_chunk, 65536);
+    ck_assert_uint_eq(c.read_chunk, 256 * 1024);
+    ck_assert_uint_eq(c.read_inflight, 0);
+    ck_assert_uint_eq(c.msg_size, 4096);
     ck_assert_int_eq(c.op_timeout_ms, 77);
     ck_assert_int_eq(c.hugepages, SHS_TRI_ON);
     ck_assert_str_eq(c.shadow_pin, "2-3");
@@ -399,14 +408,22 @@ START_TEST(test_load_from_process_env)
     setenv("SHS_RANK", "1", 1);
     setenv("SHS_SIZE", "2", 1);
     setenv("SHS_QP_TIMOUT", "3", 1);
-    setenv("SHS_VM_DEV", "rxe0", 1);
+    /* what tools/shs-vm and tools/run-tests put in the environment */
+    static const char *const harness[] = {
+        "SHS_VM_DEV", "SHS_VM_ADDR", "SHS_VM_GID_INDEX", "SHS_VM_INDEX", "SHS_VM_COUNT",
+        "SHS_VM_PEERS", "SHS_VM_OUT", "SHS_VM_MTU", "SHS_VM_CWD", "SHS_VM_TIMEOUT",
+        "SHS_VM_MEM", "SHS_VM_SMP", "SHS_VM_CACHE", "SHS_VM_MODULES", "SHS_VM_KERNEL_PKG",
+        "SHS_VM_GRACE", "SHS_TEST_DEVICE", "SHS_WERROR", NULL};
+    for (const char *const *h = harness; *h != NULL; h++)
+        setenv(*h, "1", 1);
     ck_assert_int_eq(shs__config_load(&c), SHS_OK);
     ck_assert_int_eq(c.rank, 1);
     ck_assert_int_eq(shs__log_level(), SHS_LOG_LVL_WARN);
     const char *out = captured();
     ck_assert_ptr_nonnull(strstr(out, "shadowsync[rank 1] warn: SHS_QP_TIMOUT is not a knob "
                                       "(ignored); did you mean SHS_QP_TIMEOUT?\n"));
-    ck_assert_ptr_null(strstr(out, "SHS_VM_DEV"));
+    for (const char *const *h = harness; *h != NULL; h++)
+        ck_assert_msg(strstr(out, *h) == NULL, "%s warns: %s", *h, out);
     setenv("SHS_LOG", "error", 1);
     ck_assert_int_eq(shs__config_load(&c), SHS_OK);
     ck_assert_int_eq(shs__log_level(), SHS_LOG_LVL_ERROR);

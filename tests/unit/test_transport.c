@@ -190,6 +190,16 @@ START_TEST(test_chunk_size)
 }
 END_TEST
 
+START_TEST(test_read_chunk_size)
+{
+    ck_assert_uint_eq(shs__read_chunk_size(1 * MiB, 8 * MiB, 4 * MiB), 1 * MiB);
+    ck_assert_uint_eq(shs__read_chunk_size(0, 8 * MiB, 0), 8 * MiB);         /* as writes */
+    ck_assert_uint_eq(shs__read_chunk_size(16 * MiB, 8 * MiB, 0), 8 * MiB);  /* the device */
+    ck_assert_uint_eq(shs__read_chunk_size(4 * MiB, 8 * MiB, 4 * MiB), 2 * MiB); /* budget/2 */
+    ck_assert_uint_eq(shs__read_chunk_size(0, 8 * MiB, 1), 1);               /* never 0 */
+}
+END_TEST
+
 START_TEST(test_split_count)
 {
     ck_assert_uint_eq(shs__split_count(0, 8 * MiB), 0);
@@ -378,6 +388,7 @@ Suite *transport_suite(void)
 
     tc = tcase_create("split");
     tcase_add_test(tc, test_chunk_size);
+    tcase_add_test(tc, test_read_chunk_size);
     tcase_add_test(tc, test_split_count);
     tcase_add_test(tc, test_split_pieces_tile_the_range);
     tcase_add_test(tc, test_range_ok);
