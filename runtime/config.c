@@ -168,6 +168,10 @@ static const knob_t knobs[] = {
      * a round (rounds take milliseconds). */
     KNOB_INT("SHS_SHADOW_BACKOFF_US", shadow_backoff_us, "200", 0, 1000000,
              "longest sleep between two polls of a peer's snapshot stamp (us)"),
+    /* 0x53 ('S'): any fixed value other than the collectives' channel
+     * (SHS_COLL_CHANNEL); it tags the EASGD deltas and acknowledgements. */
+    KNOB_INT("SHS_SHADOW_CHANNEL", shadow_channel, "83", 0, 255,
+             "shadow engine: channel in the top 8 bits of its immediates (EASGD inbox)"),
     /* 256 KiB: large enough that the per-chunk costs (a work request, an
      * immediate, a credit, a poll) vanish next to the transfer, small enough
      * that a ring of 8 still cuts a 16 MiB buffer into 8 chunks per segment

@@ -16,6 +16,7 @@
 #include <shadowsync/rma.h>
 #include <shadowsync/msg.h>
 #include <shadowsync/schedule.h>
+#include <shadowsync/shadow.h>
 #include <shadowsync/collective.h>
 
 #endif /* SHADOWSYNC_SHADOWSYNC_H */

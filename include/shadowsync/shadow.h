@@ -1,0 +1,283 @@
+/*
+ * shadowsync: shadow synchronization of a dense model (ShadowSync, Zheng,
+ * Su et al. 2020).
+ *
+ * Each rank trains one shared float32 copy of the model with Hogwild worker
+ * threads that never wait for the network. A shadow engine keeps that copy
+ * in sync with the other ranks: in the background on its own thread
+ * (shs_shadow_start: S-MA, S-BMUF, S-EASGD) or in the foreground when the
+ * caller asks for one round (shs_shadow_sync: FR-MA, FR-BMUF, FR-EASGD).
+ *
+ * Rounds. Every rank counts rounds 0, 1, 2, ... The peers a rank syncs with
+ * in round r are its group of round r in a DS-Sync schedule (schedule.h;
+ * SHS_SCHED_ALL: every rank, every round).
+ *
+ * What a pull reads (data path SHS_SHADOW_PATH_PULL, the default). At the
+ * start of round r a rank copies its live model into a *published snapshot*:
+ * one of two registered slots (slot r mod 2), stamped with r under a
+ * sequence lock. The members of a round-r group read each other's round-r
+ * snapshots with RDMA READ: the stamp, the data, and the stamp again; a read
+ * that saw the slot being written (odd or changed sequence, or an older
+ * round) is retried. A rank overwrites slot r mod 2 (round r - 2's
+ * snapshot) only after every member of its round r - 2 group has published
+ * round r - 1, i.e. has finished reading it. So the members of a group
+ * combine the very same values, in the same order, and averaging conserves
+ * the group's sum exactly (to float rounding): with the workers stopped,
+ * S-MA reaches the exact global mean (after log_g N rounds of the hypercube
+ * schedule, after one round of SHS_SCHED_ALL).
+ *
+ * How a result is applied. Workers keep writing the live model w while a
+ * round runs. The round's result is applied as a delta against the round's
+ * snapshot s:  w[i] = result[i] + (w[i] - s[i]),  so the progress workers
+ * made during the round is kept, not overwritten. Each element is read and
+ * written once with plain loads and stores (no locks, no atomics: Hogwild);
+ * a worker write landing between that load and that store of the same
+ * element is lost, every other concurrent write is kept.
+ *
+ * The "live" pull (SHS_SHADOW_PATH_LIVE) reads the peers' working copies
+ * directly, Hogwild-style, with no snapshot and no waiting for the peers'
+ * round: fastest and never blocks on a slow peer, but *biased*: members of a
+ * group read each other at different moments (and while workers write), so
+ * averaging no longer conserves the group's sum and the replicas may drift
+ * from their true mean. The model region must then grant
+ * SHS_ACCESS_REMOTE_READ (else every round fails with SHS_ERR_INVALID_ARG).
+ *
+ * The ring path (SHS_SHADOW_PATH_RING) averages the round's snapshot with
+ * the group's ring allreduce (collective.h) instead of pulling: each rank
+ * moves 2(g-1)/g of the model per round instead of (g-1) times it, and the
+ * members of a group run the round in lockstep. Since the allreduce is
+ * collective, each round starts with a check-in: every member writes
+ * (round, leaving) into its published header once and reads the others';
+ * the members that checked in without "leaving" form the round's ring, so
+ * a rank whose thread is stopped announces it in its next check-in and the
+ * others go on without it (it cannot be started again). The result is
+ * bit-identical on the ring's members (the allreduce's property), so sums
+ * are conserved as with the pull path.
+ *
+ * Algorithms (the rule of each is stated beside it in algorithms/):
+ *   SHS_SHADOW_MA     result = mean of the group's round-r snapshots.
+ *   SHS_SHADOW_BMUF   the engine keeps a global model w_g and a block
+ *                     momentum D: G = mean - w_g; D = eta*D + zeta*G;
+ *                     w_g += D; result = w_g + eta*D (Nesterov) or w_g.
+ *                     Defaults eta = 1 - 1/N, zeta = 1, Nesterov on.
+ *   SHS_SHADOW_EASGD  a center model c sharded over the ranks (rank k owns a
+ *                     contiguous slice). Each round: read the center slices
+ *                     of the group's members (RDMA READ, no lock: a slice may
+ *                     be read while its owner updates it, as in asynchronous
+ *                     EASGD), d = alpha*(s - c), w -= d, and send each slice
+ *                     of d to its owner with WRITE-with-immediate into the
+ *                     owner's inbox; the owner's engine applies c += d when
+ *                     it sees the immediate (at its next round). Every d that
+ *                     moves a replica also moves the center, so replicas +
+ *                     center is conserved. The center starts as the mean of
+ *                     the ranks' models at shs_shadow_create. Default alpha =
+ *                     0.5/N. Only the pull data path applies.
+ *
+ * Threads. The context is driven by one thread at a time (context.h): while
+ * the shadow thread runs (between shs_shadow_start and shs_shadow_stop) it
+ * owns the context, and the caller must not call anything else on that
+ * context (other regions, barriers, one-sided operations). Foreground
+ * rounds (shs_shadow_sync) run on the calling thread. Worker threads only
+ * read and write the model memory; they never call the library.
+ * shs_shadow_stats and shs_shadow_peer_staleness may be called from any
+ * thread at any time.
+ *
+ * Hot path: a round allocates nothing and takes no lock; it posts RDMA
+ * operations and polls for their completion. Waiting for a peer's snapshot
+ * backs off to short sleeps so that a waiting shadow thread leaves the CPU
+ * to the workers. Every wait is bounded (wait_timeout_ms).
+ */
+#ifndef SHADOWSYNC_SHADOW_H
+#define SHADOWSYNC_SHADOW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <shadowsync/context.h>
+#include <shadowsync/defs.h>
+#include <shadowsync/region.h>
+#include <shadowsync/schedule.h>
+#include <shadowsync/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Opaque: the layout is private to the library. */
+typedef struct shs_shadow shs_shadow_t;
+
+typedef enum shs_shadow_algorithm {
+    SHS_SHADOW_MA = 0,
+    SHS_SHADOW_BMUF = 1,
+    SHS_SHADOW_EASGD = 2
+} shs_shadow_algorithm_t;
+
+typedef enum shs_shadow_path {
+    SHS_SHADOW_PATH_PULL = 0, /* RDMA READ of the peers' published round-r snapshots */
+    SHS_SHADOW_PATH_RING = 1, /* ring allreduce of the snapshot inside the group */
+    SHS_SHADOW_PATH_LIVE = 2  /* RDMA READ of the peers' live models (biased, see above) */
+} shs_shadow_path_t;
+
+/* Bits of shs_shadow_params_t.field_mask: a field is used only when its bit
+ * is set; otherwise its default (or its SHS_* knob) applies. */
+enum {
+    SHS_SHADOW_PARAM_ALGORITHM = 1u << 0,
+    SHS_SHADOW_PARAM_SCHEDULE = 1u << 1,
+    SHS_SHADOW_PARAM_PATH = 1u << 2,
+    SHS_SHADOW_PARAM_MIN_INTERVAL = 1u << 3,
+    SHS_SHADOW_PARAM_PIN_CPUS = 1u << 4,
+    SHS_SHADOW_PARAM_BMUF_ETA = 1u << 5,
+    SHS_SHADOW_PARAM_BMUF_ZETA = 1u << 6,
+    SHS_SHADOW_PARAM_BMUF_NESTEROV = 1u << 7,
+    SHS_SHADOW_PARAM_EASGD_ALPHA = 1u << 8,
+    SHS_SHADOW_PARAM_WAIT_TIMEOUT = 1u << 9,
+    SHS_SHADOW_PARAM_CHUNK = 1u << 10
+};
+
+/*
+ * Parameters of shs_shadow_create(). Zero the struct, set the fields you want
+ * and their bits in field_mask. Every rank must pass the same values (the
+ * engine registers regions whose sizes follow from them; ranks that
+ * disagree get SHS_ERR_SIZE_MISMATCH, or silently wrong groups for a
+ * schedule mismatch). Strings are copied.
+ */
+typedef struct shs_shadow_params {
+    uint64_t field_mask;
+    shs_shadow_algorithm_t algorithm; /* default SHS_SHADOW_MA */
+    shs_schedule_t schedule;          /* peer set per round; default SHS_SCHED_ALL */
+    shs_shadow_path_t path;           /* default SHS_SHADOW_PATH_PULL */
+    uint32_t min_interval_us;         /* least time from one round's start to the next
+                                         (background only); default 0: back to back */
+    const char *pin_cpus;             /* CPUs for the shadow thread: a list such as "3"
+                                         or "2-3", "auto" (the last CPU this process
+                                         may use: leave the low CPUs to the workers) or
+                                         "none"; default: the SHS_SHADOW_PIN knob */
+    float bmuf_eta;                   /* block momentum; default 1 - 1/N */
+    float bmuf_zeta;                  /* block learning rate; default 1 */
+    int bmuf_nesterov;                /* nonzero: Nesterov look-ahead; default 1 */
+    float easgd_alpha;                /* moving rate; default 0.5 / N */
+    int wait_timeout_ms;              /* bound on waiting for one peer's snapshot or
+                                         inbox credit; default SHS_SHADOW_WAIT_MS */
+    size_t chunk_bytes;               /* pull granularity (bounds the receive buffers:
+                                         (g - 1) chunks); default SHS_SHADOW_CHUNK */
+} shs_shadow_params_t;
+
+/* Statistics (shs_shadow_stats). Times in microseconds. Counters are
+ * cumulative since shs_shadow_create. */
+typedef struct shs_shadow_stats {
+    uint64_t rounds;          /* rounds completed (background and foreground) */
+    double syncs_per_min;     /* rounds per minute of running time (background:
+                                 since shs_shadow_start; foreground: since the first
+                                 round) */
+    uint64_t bytes_read;      /* RDMA READ payload, stamps included */
+    uint64_t bytes_written;   /* RDMA WRITE payload (EASGD deltas) */
+    double round_us_mean;     /* mean wall time of a round */
+    double round_us_last;
+    double round_us_max;
+    double wait_us_mean;      /* mean time per round spent waiting for peers */
+    uint64_t torn_retries;    /* snapshot reads retried (stamp changed, not yet published) */
+    uint64_t peers_skipped;   /* peer reads given up: peer stopped, failed or timed out */
+    uint64_t errors;          /* rounds that ended with an error */
+    shs_status_t last_error;  /* SHS_OK if none */
+    double staleness_ms_max;  /* largest per-peer staleness among the peers ever read
+                                 (-1: none read yet) */
+    int running;              /* nonzero while the shadow thread runs */
+} shs_shadow_stats_t;
+
+/*
+ * shs_shadow_create - set up shadow synchronization of `count` float32
+ * values at byte offset `offset` of `model` (a region of ctx, 4-byte
+ * aligned offset). Collective over every rank of ctx: each rank registers
+ * the snapshot slots and scratch regions (and for EASGD the center slice and
+ * inbox) and, for EASGD, the ranks compute the initial center (the mean of
+ * their models). Does not start a thread. params may be NULL (defaults).
+ *
+ * Ownership: the model region stays the caller's and must outlive the
+ * engine; *shadow_p is the caller's, released with shs_shadow_destroy().
+ *
+ * Status: SHS_OK; SHS_ERR_INVALID_ARG (NULL, count 0, misaligned offset,
+ * range outside the region, bad parameter, unknown schedule);
+ * SHS_ERR_UNSUPPORTED (EASGD on a path other than pull); SHS_ERR_NO_MEMORY;
+ * SHS_ERR_CONFIG (bad SHS_SHADOW_* knob); and what shs_region_alloc and
+ * shs_ctx_barrier return.
+ */
+SHS_API shs_status_t shs_shadow_create(shs_ctx_t *ctx, shs_region_t *model, size_t offset,
+                                       size_t count, const shs_shadow_params_t *params,
+                                       shs_shadow_t **shadow_p);
+
+/*
+ * shs_shadow_start - start the shadow thread, which runs rounds back to back
+ * (at most one per min_interval_us) until shs_shadow_stop. From here until
+ * stop the thread owns the context. Not collective, but every rank should
+ * start: peers wait for this rank's snapshots (bounded).
+ * Status: SHS_OK; SHS_ERR_BAD_STATE (already running, poisoned by a device
+ * failure, or stopped before on the ring path); SHS_ERR_NO_RESOURCE (no
+ * thread).
+ */
+SHS_API shs_status_t shs_shadow_start(shs_shadow_t *shadow);
+
+/*
+ * shs_shadow_stop - ask the thread to finish its current round, mark this
+ * rank stopped in its published header (peers that would read it in later
+ * rounds skip it without waiting), and join the thread. Bounded by one
+ * round's worst case (wait_timeout_ms per peer). Workers may keep writing
+ * the model. The context returns to the caller. Not collective. Returns
+ * SHS_OK (also when not running).
+ */
+SHS_API shs_status_t shs_shadow_stop(shs_shadow_t *shadow);
+
+/*
+ * shs_shadow_sync - run one round now on the calling thread (FR-* modes:
+ * the caller pauses its workers first, then resumes them). Every member of
+ * this rank's group must call it for the same round (the round numbers of
+ * all ranks advance together when every rank calls it equally often).
+ * Status: SHS_OK; SHS_ERR_BAD_STATE (the shadow thread is running, or
+ * poisoned); the round's error (SHS_ERR_TIMEOUT, SHS_ERR_PEER_FAILED, ...)
+ * when a peer could not be read: the round then used the members it could
+ * read.
+ */
+SHS_API shs_status_t shs_shadow_sync(shs_shadow_t *shadow);
+
+/*
+ * shs_shadow_stats - copy the statistics to *stats_p. Thread-safe.
+ * Status: SHS_OK, SHS_ERR_INVALID_ARG.
+ */
+SHS_API shs_status_t shs_shadow_stats(const shs_shadow_t *shadow, shs_shadow_stats_t *stats_p);
+
+/*
+ * shs_shadow_peer_staleness - age in milliseconds of the last successful
+ * read of peer's snapshot (or center slice), in *ms_p; -1 when this rank
+ * never read it (a peer never in its groups yet). Thread-safe.
+ * Status: SHS_OK, SHS_ERR_INVALID_ARG (peer out of range or own rank).
+ */
+SHS_API shs_status_t shs_shadow_peer_staleness(const shs_shadow_t *shadow, int peer,
+                                               double *ms_p);
+
+/*
+ * shs_shadow_round - the next round this rank will run. Thread-safe.
+ */
+SHS_API uint64_t shs_shadow_round(const shs_shadow_t *shadow);
+
+/*
+ * shs_shadow_center - EASGD only: this rank's slice of the center, which
+ * covers model elements [*offset_p, *offset_p + *count_p). The memory is the
+ * engine's and is updated by it; read it while the engine is stopped (or
+ * accept a racy read). Status: SHS_OK; SHS_ERR_INVALID_ARG (NULL, or the
+ * algorithm is not EASGD).
+ */
+SHS_API shs_status_t shs_shadow_center(const shs_shadow_t *shadow, const float **slice_p,
+                                       size_t *offset_p, size_t *count_p);
+
+/*
+ * shs_shadow_destroy - stop the thread if it runs, wait until every rank has
+ * come here (a barrier over the bootstrap: no peer reads this rank's
+ * snapshots afterwards), and release the engine's regions and memory.
+ * Collective. The model region is left alone. NULL is ignored.
+ */
+SHS_API void shs_shadow_destroy(shs_shadow_t *shadow);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SHADOWSYNC_SHADOW_H */

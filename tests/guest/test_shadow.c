@@ -1,0 +1,405 @@
+/*
+ * Guest integration test of the shadow engine, one process per rank,
+ * started by tools/shs-launch (which sets SHS_RANK/SHS_SIZE/SHS_BOOTSTRAP):
+ *
+ *   shs-launch -n 4 --need-rdma -- shs_test_shadow CASE
+ *
+ * Cases (the model: rank r holds w[i] = value(r, i), workers stopped unless
+ * said otherwise):
+ *   ma-all     one foreground round (FR-MA) gives every rank the exact mean;
+ *              then from the initial values again, the shadow thread (S-MA,
+ *              all ranks) converges every rank to the mean; stats: rounds > 0,
+ *              no errors, staleness below a bound while running
+ *   ma-ds      S-MA with the hypercube schedule, g = 2: the exact mean
+ *   ring-all, ring-ds  the same two over the ring data path (ring allreduce)
+ *   easgd      S-EASGD: every replica and the center converge to the mean
+ *   stop       S-MA while two worker threads keep writing the model: rank 1
+ *              stops early and the others skip it without errors; stop joins
+ *              within a bound; workers never blocked
+ *   stop-ring  the same on the ring path (the leaving check-in)
+ *   bmuf       FR-BMUF with identical replicas plus per-rank offsets: one
+ *              round gives the BMUF step of the mean (checked by hand rule)
+ *
+ * Exit status: 0 pass, 1 fail, 77 no RDMA device.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <shadowsync/shadowsync.h>
+#include <shadowsync/shadow.h>
+
+#define RC_OK 0
+#define RC_FAIL 1
+#define RC_SKIP 77
+#define N_ELEMS 30011             /* not a multiple of anything: partial chunks and slices */
+#define CHUNK_BYTES (64 * 1024)   /* several pieces per snapshot */
+#define STALENESS_BOUND_MS 10000.0
+#define STOP_BOUND_S 15.0
+#define RUN_BOUND_S 120.0
+
+static int g_rank = -1;
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fail(const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "FAIL rank %d: ", g_rank);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(RC_FAIL);
+}
+
+#define CHECK_OK(expr)                                                                \
+    do {                                                                              \
+        shs_status_t st_ = (expr);                                                    \
+        if (st_ != SHS_OK)                                                            \
+            fail("%s:%d: %s -> %s", __FILE__, __LINE__, #expr, shs_status_string(st_)); \
+    } while (0)
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Rank r's initial value of element i: spread over ranks and positions. */
+static float value(int r, size_t i)
+{
+    return (float)((r + 1) * (int)(i % 17)) - 3.5f * (float)r + (float)(i % 5) * 0.25f;
+}
+
+static float mean_value(int n, size_t i)
+{
+    double s = 0;
+    for (int r = 0; r < n; r++)
+        s += value(r, i);
+    return (float)(s / n);
+}
+
+static void fill(float *w, int r)
+{
+    for (size_t i = 0; i < N_ELEMS; i++)
+        w[i] = value(r, i);
+}
+
+/* every element within tol of the mean (relative to max(1, |mean|)) */
+static void check_mean(const float *w, size_t off, size_t len, int n, float tol,
+                       const char *what)
+{
+    for (size_t k = 0; k < len; k++) {
+        float want = mean_value(n, off + k);
+        float scale = fabsf(want) > 1.0f ? fabsf(want) : 1.0f;
+        if (fabsf(w[k] - want) > tol * scale)
+            fail("%s: element %zu is %.9g, the mean is %.9g", what, off + k, (double)w[k],
+                 (double)want);
+    }
+}
+
+static void wait_rounds(shs_shadow_t *sh, uint64_t rounds)
+{
+    double t0 = now_s();
+    shs_shadow_stats_t s;
+    for (;;) {
+        CHECK_OK(shs_shadow_stats(sh, &s));
+        if (s.rounds >= rounds)
+            return;
+        if (!s.running)
+            fail("the shadow thread stopped by itself after %llu rounds (%s)",
+                 (unsigned long long)s.rounds, shs_status_string(s.last_error));
+        if (now_s() - t0 > RUN_BOUND_S)
+            fail("only %llu of %llu rounds in %.0f s", (unsigned long long)s.rounds,
+                 (unsigned long long)rounds, RUN_BOUND_S);
+        usleep(10 * 1000);
+    }
+}
+
+static void check_stats(shs_shadow_t *sh, int n, const char *what)
+{
+    shs_shadow_stats_t s;
+    CHECK_OK(shs_shadow_stats(sh, &s));
+    if (s.rounds == 0 || s.syncs_per_min <= 0 || s.bytes_read == 0 || s.round_us_mean <= 0)
+        fail("%s: stats rounds %llu, syncs/min %.1f, bytes %llu, round %.1f us", what,
+             (unsigned long long)s.rounds, s.syncs_per_min, (unsigned long long)s.bytes_read,
+             s.round_us_mean);
+    if (s.errors != 0)
+        fail("%s: %llu rounds with errors (last: %s)", what, (unsigned long long)s.errors,
+             shs_status_string(s.last_error));
+    if (!(s.staleness_ms_max >= 0 && s.staleness_ms_max < STALENESS_BOUND_MS))
+        fail("%s: staleness %.1f ms", what, s.staleness_ms_max);
+    for (int p = 0; p < n; p++) {
+        double ms;
+        if (p == g_rank)
+            continue;
+        CHECK_OK(shs_shadow_peer_staleness(sh, p, &ms));
+        if (ms > STALENESS_BOUND_MS)
+            fail("%s: staleness of peer %d is %.1f ms", what, p, ms);
+    }
+    if (g_rank == 0)
+        printf("%s: %llu rounds, %.0f syncs/min, %.1f us/round, staleness max %.1f ms, "
+               "%llu torn retries, %llu skipped\n",
+               what, (unsigned long long)s.rounds, s.syncs_per_min, s.round_us_mean,
+               s.staleness_ms_max, (unsigned long long)s.torn_retries,
+               (unsigned long long)s.peers_skipped);
+}
+
+static shs_shadow_params_t base_params(shs_shadow_algorithm_t algo)
+{
+    shs_shadow_params_t p;
+    memset(&p, 0, sizeof(p));
+    p.field_mask = SHS_SHADOW_PARAM_ALGORITHM | SHS_SHADOW_PARAM_CHUNK | SHS_SHADOW_PARAM_PIN_CPUS;
+    p.algorithm = algo;
+    p.chunk_bytes = CHUNK_BYTES;
+    p.pin_cpus = "none";
+    return p;
+}
+
+/* ------------------------------------------------------------------ MA */
+
+static void case_ma(shs_ctx_t *ctx, shs_region_t *model, bool ds, bool ring)
+{
+    int n = shs_ctx_size(ctx);
+    float *w = shs_region_addr(model);
+    shs_shadow_params_t p = base_params(SHS_SHADOW_MA);
+    const char *what = ring ? (ds ? "s-ma ring hypercube g=2" : "s-ma ring all ranks")
+                            : (ds ? "s-ma hypercube g=2" : "s-ma all ranks");
+    if (ring) {
+        p.field_mask |= SHS_SHADOW_PARAM_PATH;
+        p.path = SHS_SHADOW_PATH_RING;
+    }
+    if (ds) {
+        p.field_mask |= SHS_SHADOW_PARAM_SCHEDULE;
+        p.schedule.kind = SHS_SCHED_HYPERCUBE;
+        p.schedule.group_size = 2;
+    }
+    shs_shadow_t *sh;
+    fill(w, g_rank);
+    CHECK_OK(shs_shadow_create(ctx, model, 0, N_ELEMS, &p, &sh));
+
+    if (!ds) {
+        /* FR-MA: one foreground round of all ranks is the exact mean */
+        CHECK_OK(shs_shadow_sync(sh));
+        check_mean(w, 0, N_ELEMS, n, 1e-6f, "one foreground round");
+        if (shs_shadow_round(sh) != 1)
+            fail("round counter %llu after one round", (unsigned long long)shs_shadow_round(sh));
+        fill(w, g_rank);
+    }
+
+    /* S-MA in the background; hypercube g = 2 needs log2(n) rounds */
+    CHECK_OK(shs_shadow_start(sh));
+    if (shs_shadow_start(sh) != SHS_ERR_BAD_STATE)
+        fail("a second start was accepted");
+    if (shs_shadow_sync(sh) != SHS_ERR_BAD_STATE)
+        fail("a foreground round was accepted while the thread runs");
+    wait_rounds(sh, 20);
+    check_stats(sh, n, what);
+    CHECK_OK(shs_shadow_stop(sh));
+    check_mean(w, 0, N_ELEMS, n, 1e-5f, what);
+    shs_shadow_destroy(sh);
+}
+
+/* --------------------------------------------------------------- EASGD */
+
+static void case_easgd(shs_ctx_t *ctx, shs_region_t *model)
+{
+    int n = shs_ctx_size(ctx);
+    float *w = shs_region_addr(model);
+    shs_shadow_params_t p = base_params(SHS_SHADOW_EASGD);
+    shs_shadow_t *sh;
+    fill(w, g_rank);
+    CHECK_OK(shs_shadow_create(ctx, model, 0, N_ELEMS, &p, &sh));
+    const float *c;
+    size_t off, len;
+    CHECK_OK(shs_shadow_center(sh, &c, &off, &len));
+    if (len == 0 || off + len > N_ELEMS)
+        fail("center slice [%zu, +%zu)", off, len);
+    check_mean(c, off, len, n, 1e-6f, "initial center");
+
+    CHECK_OK(shs_shadow_start(sh));
+    /* alpha = 0.5/n: the replicas close 1/8 of their gap per round (n = 4) */
+    wait_rounds(sh, 100);
+    check_stats(sh, n, "s-easgd");
+    CHECK_OK(shs_shadow_stop(sh));
+    CHECK_OK(shs_ctx_barrier(ctx)); /* every rank stopped: the center is settled */
+    check_mean(w, 0, N_ELEMS, n, 1e-3f, "s-easgd replica");
+    check_mean(c, off, len, n, 1e-3f, "s-easgd center");
+    shs_shadow_destroy(sh);
+}
+
+/* ---------------------------------------------------------------- stop */
+
+typedef struct worker {
+    float *w;
+    atomic_bool *quit;
+    unsigned long steps;
+    int id;
+} worker_t;
+
+static void *worker_main(void *arg)
+{
+    worker_t *wk = arg;
+    unsigned x = (unsigned)(g_rank * 7919 + wk->id);
+    while (!atomic_load_explicit(wk->quit, memory_order_relaxed)) {
+        x = x * 1103515245u + 12345u;
+        size_t i = (x >> 8) % N_ELEMS;
+        wk->w[i] += 0.001f; /* Hogwild: plain, unsynchronized */
+        wk->steps++;
+    }
+    return NULL;
+}
+
+static void case_stop(shs_ctx_t *ctx, shs_region_t *model, bool ring)
+{
+    int n = shs_ctx_size(ctx);
+    float *w = shs_region_addr(model);
+    shs_shadow_params_t p = base_params(SHS_SHADOW_MA);
+    if (ring) {
+        p.field_mask |= SHS_SHADOW_PARAM_PATH;
+        p.path = SHS_SHADOW_PATH_RING;
+    }
+    shs_shadow_t *sh;
+    fill(w, g_rank);
+    CHECK_OK(shs_shadow_create(ctx, model, 0, N_ELEMS, &p, &sh));
+
+    atomic_bool quit = false;
+    worker_t wk[2];
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        wk[i] = (worker_t){.w = w, .quit = &quit, .id = i};
+        if (pthread_create(&th[i], NULL, worker_main, &wk[i]) != 0)
+            fail("worker thread");
+    }
+    CHECK_OK(shs_shadow_start(sh));
+    /* rank 1 stops early: the others must skip it, not hang or fail */
+    wait_rounds(sh, g_rank == 1 ? 5 : 15);
+    double t0 = now_s();
+    CHECK_OK(shs_shadow_stop(sh));
+    double took = now_s() - t0;
+    if (took > STOP_BOUND_S)
+        fail("stop took %.1f s while workers write", took);
+    /* the workers were never blocked: they still advance (under emulation
+     * with 8 workers on 2 CPUs, give them a moment to be scheduled) */
+    unsigned long before = wk[0].steps + wk[1].steps;
+    for (int i = 0; i < 50 && wk[0].steps + wk[1].steps == before; i++)
+        usleep(100 * 1000);
+    if (wk[0].steps + wk[1].steps == before)
+        fail("the workers made no progress in 5 s after stop");
+    atomic_store(&quit, true);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    shs_shadow_stats_t s;
+    CHECK_OK(shs_shadow_stats(sh, &s));
+    if (s.running || s.rounds < 5)
+        fail("after stop: running %d, rounds %llu", s.running, (unsigned long long)s.rounds);
+    if (s.errors != 0)
+        fail("%llu rounds with errors (last: %s): a stopped rank must be skipped, not waited for",
+             (unsigned long long)s.errors, shs_status_string(s.last_error));
+    for (size_t i = 0; i < N_ELEMS; i++)
+        if (!isfinite(w[i]))
+            fail("element %zu is not finite", i);
+    if (g_rank == 0)
+        printf("%s: joined in %.3f s while workers wrote (%lu worker steps), %llu rounds, "
+               "%llu peers skipped\n",
+               ring ? "stop (ring)" : "stop", took, wk[0].steps + wk[1].steps,
+               (unsigned long long)s.rounds,
+               (unsigned long long)s.peers_skipped);
+    (void)n;
+    shs_shadow_destroy(sh);
+}
+
+/* ---------------------------------------------------------------- BMUF */
+
+static void case_bmuf(shs_ctx_t *ctx, shs_region_t *model)
+{
+    int n = shs_ctx_size(ctx);
+    float *w = shs_region_addr(model);
+    shs_shadow_params_t p = base_params(SHS_SHADOW_BMUF);
+    shs_shadow_t *sh;
+    /* every rank starts at 1 (w_g = 1), then moves by a per-rank offset:
+     * mean = 1 + mean offset; G = mean - 1; D = G (D was 0, zeta 1);
+     * w_g = 1 + G; Nesterov result = w_g + eta*D with eta = 1 - 1/n, and
+     * the rank's local offset since the snapshot is kept: none here */
+    for (size_t i = 0; i < N_ELEMS; i++)
+        w[i] = 1.0f;
+    CHECK_OK(shs_shadow_create(ctx, model, 0, N_ELEMS, &p, &sh));
+    for (size_t i = 0; i < N_ELEMS; i++)
+        w[i] = 1.0f + (float)g_rank * 0.5f + (float)(i % 3);
+    CHECK_OK(shs_shadow_sync(sh));
+    float eta = 1.0f - 1.0f / (float)n;
+    double mean_off = 0;
+    for (int r = 0; r < n; r++)
+        mean_off += r * 0.5;
+    mean_off /= n;
+    for (size_t i = 0; i < N_ELEMS; i++) {
+        float g = (float)(mean_off + (double)(i % 3));
+        float want = 1.0f + g + eta * g;
+        if (fabsf(w[i] - want) > 1e-5f * fabsf(want))
+            fail("bmuf: element %zu is %.9g, expected %.9g", i, (double)w[i], (double)want);
+    }
+    if (g_rank == 0)
+        printf("bmuf: one foreground round matches the hand rule (eta %.3f)\n", (double)eta);
+    shs_shadow_destroy(sh);
+}
+
+/* -------------------------------------------------------------- main */
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr,
+                "usage: shs-launch -n 4 -- %s ma-all|ma-ds|ring-all|ring-ds|easgd|stop|stop-ring|bmuf\n",
+                argv[0]);
+        return RC_FAIL;
+    }
+    if (getenv("SHS_RANK") == NULL) {
+        fprintf(stderr, "%s: run it under tools/shs-launch\n", argv[0]);
+        return RC_FAIL;
+    }
+    g_rank = atoi(getenv("SHS_RANK"));
+    shs_ctx_t *ctx;
+    shs_status_t st = shs_ctx_create(NULL, &ctx);
+    if (st == SHS_ERR_NO_DEVICE) {
+        fprintf(stderr, "rank %d: no RDMA device: skipped\n", g_rank);
+        return RC_SKIP;
+    }
+    CHECK_OK(st);
+    shs_region_t *model;
+    CHECK_OK(shs_region_alloc(ctx, N_ELEMS * sizeof(float),
+                              SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_READ, &model));
+    double t0 = now_s();
+    const char *which = argv[1];
+    if (strcmp(which, "ma-all") == 0)
+        case_ma(ctx, model, false, false);
+    else if (strcmp(which, "ma-ds") == 0)
+        case_ma(ctx, model, true, false);
+    else if (strcmp(which, "ring-all") == 0)
+        case_ma(ctx, model, false, true);
+    else if (strcmp(which, "ring-ds") == 0)
+        case_ma(ctx, model, true, true);
+    else if (strcmp(which, "easgd") == 0)
+        case_easgd(ctx, model);
+    else if (strcmp(which, "stop") == 0)
+        case_stop(ctx, model, false);
+    else if (strcmp(which, "stop-ring") == 0)
+        case_stop(ctx, model, true);
+    else if (strcmp(which, "bmuf") == 0)
+        case_bmuf(ctx, model);
+    else
+        fail("unknown case %s", which);
+    CHECK_OK(shs_ctx_barrier(ctx));
+    shs_region_destroy(model);
+    shs_ctx_destroy(ctx);
+    if (g_rank == 0)
+        printf("PASS %s (%.1f s)\n", which, now_s() - t0);
+    return RC_OK;
+}
