@@ -806,6 +806,10 @@ static shs_status_t root_rendezvous(shs__boot_t *b, int lfd, shs__deadline_t dl)
         int left = shs__deadline_remaining_ms(dl);
         if (left == 0) {
             st = root_timeout(b, joined, &ref);
+            for (size_t i = 0; i < npend; i++)
+                refuse(&pend[i], SHS_ERR_TIMEOUT, &ref,
+                       "rank 0 gave up: the job did not assemble within %d ms "
+                       "(SHS_BOOTSTRAP_TIMEOUT_MS)", b->timeout_ms);
             goto out;
         }
         /* handshakes past their own deadline go first */

@@ -10,6 +10,7 @@ PKGS=(
     rdmacm-utils perftest iproute2
     libhwloc-dev hwloc libnuma-dev numactl check
     libssl-dev
+    valgrind clang libclang-rt-14-dev
     qemu-system-x86 busybox-static cpio kmod
 )
 
