@@ -4,6 +4,7 @@
  * include/shadowsync/collective.h; the comments here say why it is safe. */
 #include <sched.h>
 #include <stdbool.h>
+#include <time.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +24,12 @@
 #define IMM_KIND_SHIFT 22
 #define IMM_SEQ_MASK ((1u << IMM_KIND_SHIFT) - 1)
 #define IMM_MATCH_MASK (~IMM_SEQ_MASK) /* channel and kind */
-enum { KIND_DATA = 0, KIND_CREDIT = 1, KIND_GRANT = 2 };
+enum {
+    KIND_DATA = 0,   /* a chunk is in slot (seq mod slots) */
+    KIND_CREDIT = 1, /* receive item seq is consumed: its slot is free */
+    KIND_GRANT = 2,  /* call seq of this pair may start: all slots are free */
+    KIND_FIN = 3     /* call seq of this pair: every chunk has been consumed */
+};
 
 /* The parameters every rank must agree on, compared at setup. */
 typedef struct coll_sig {
@@ -45,7 +51,8 @@ struct shs_coll {
     size_t stage_bytes;
     uint32_t chan;           /* channel << IMM_CHAN_SHIFT */
     int timeout_ms;
-    int spin;
+    int spin;                /* empty polls before sleeping */
+    int sleep_us;            /* longest sleep (0: sched_yield) */
     shs_region_t *inbox;     /* slots * slot_bytes; left neighbours write here */
     shs_region_t *stage;     /* stage_bytes, or NULL */
     /* Per peer, the calls in which this rank received from / sent to it:
@@ -129,6 +136,7 @@ static shs_status_t apply_params(shs_coll_t *coll, const shs_coll_params_t *para
     int channel = cfg->coll_channel;
     coll->timeout_ms = cfg->op_timeout_ms;
     coll->spin = cfg->coll_spin;
+    coll->sleep_us = cfg->coll_sleep_us;
     if (params != NULL) {
         uint64_t m = params->field_mask;
         if (m & SHS_COLL_PARAM_SLOT_BYTES)
@@ -264,10 +272,13 @@ typedef struct ring {
     uint64_t send_total, recv_total;
     uint64_t sent;           /* send items posted */
     uint64_t arrived;        /* data notifications taken */
+    uint64_t ready;          /* bit k: receive item done + k has arrived */
     uint64_t done;           /* receive items reduced or copied */
     uint64_t credits;        /* slots of the right neighbour this rank may fill */
     uint64_t credits_in;     /* credit notifications taken */
     bool granted;
+    bool fin;                /* the right neighbour consumed all our chunks */
+    uint32_t pair_seq;       /* the grant / fin sequence of this call with the right */
 
     int su;                  /* send cursor: step and chunk */
     size_t sc;
@@ -356,10 +367,10 @@ static shs_status_t protocol_error(ring_t *r, int peer, const char *what, uint32
                                    uint64_t want)
 {
     r->coll->poisoned = true;
-    SHS_ERROR("allreduce over %d ranks: %s from peer %d carries %u, expected %llu: the "
-              "ranks disagree on the group, count, type or order of calls (collective "
-              "disabled)", r->n, what, peer, got & IMM_SEQ_MASK,
-              (unsigned long long)(want & IMM_SEQ_MASK));
+    SHS_ERROR("allreduce over %d ranks: %s from peer %d carries %u, expected %llu (or one "
+              "of the next %d): the ranks disagree on the group, count, type or order of "
+              "calls (collective disabled)", r->n, what, peer, got & IMM_SEQ_MASK,
+              (unsigned long long)(want & IMM_SEQ_MASK), r->coll->slots - 1);
     return SHS_ERR_PROTOCOL;
 }
 
@@ -392,6 +403,7 @@ static shs_status_t take_notifications(ring_t *r, bool *moved)
             if ((imm & IMM_SEQ_MASK) != (want & IMM_SEQ_MASK))
                 return protocol_error(r, r->right, "a grant", imm, want);
             coll->grants_taken[r->right] = want + 1;
+            r->pair_seq = want;
             r->granted = true;
             r->credits = (uint64_t)coll->slots;
             *moved = true;
@@ -406,11 +418,25 @@ static shs_status_t take_notifications(ring_t *r, bool *moved)
             break;
         if (st != SHS_OK)
             return ring_fail(r, st, r->right, "waiting for credit from");
-        if ((imm & IMM_SEQ_MASK) != (r->credits_in & IMM_SEQ_MASK))
+        /* with several QPs per peer (SHS_QPS_PER_PEER) notifications may
+         * overtake each other: a credit only has to be one we can expect */
+        if (((imm - (uint32_t)r->credits_in) & IMM_SEQ_MASK) >= (uint32_t)coll->slots)
             return protocol_error(r, r->right, "a credit", imm, r->credits_in);
         r->credits_in++;
         r->credits++;
         *moved = true;
+    }
+    if (r->sent == r->send_total && r->send_total > 0 && !r->fin) {
+        st = shs_poll_imm_match(coll->ctx, r->right, IMM_MATCH_MASK, imm_of(r, KIND_FIN, 0),
+                                NULL, &imm);
+        if (st == SHS_OK) {
+            if ((imm & IMM_SEQ_MASK) != (r->pair_seq & IMM_SEQ_MASK))
+                return protocol_error(r, r->right, "an end notice", imm, r->pair_seq);
+            r->fin = true;
+            *moved = true;
+        } else if (st != SHS_ERR_TIMEOUT) {
+            return ring_fail(r, st, r->right, "waiting for the end notice of");
+        }
     }
     while (r->arrived < r->recv_total) {
         st = shs_poll_imm_match(coll->ctx, r->left, IMM_MATCH_MASK, imm_of(r, KIND_DATA, 0),
@@ -419,8 +445,12 @@ static shs_status_t take_notifications(ring_t *r, bool *moved)
             break;
         if (st != SHS_OK)
             return ring_fail(r, st, r->left, "waiting for data from");
-        if ((imm & IMM_SEQ_MASK) != (r->arrived & IMM_SEQ_MASK))
-            return protocol_error(r, r->left, "a chunk", imm, r->arrived);
+        /* item done + k, k < slots; out of order only across QPs */
+        uint32_t k = (imm - (uint32_t)r->done) & IMM_SEQ_MASK;
+        if (k >= (uint32_t)coll->slots || r->done + k >= r->recv_total ||
+            (r->ready >> k) & 1u)
+            return protocol_error(r, r->left, "a chunk", imm, r->done);
+        r->ready |= (uint64_t)1 << k;
         r->arrived++;
         *moved = true;
     }
@@ -482,8 +512,9 @@ static void reduce_chunk(const ring_t *r, void *dst, const void *src, size_t len
  * i.e. after the right neighbour received (and acted on) the earlier send.
  * Once the responder has the data, the requester reads its buffer again
  * only to retransmit, and the responder discards duplicate WRITE payloads
- * (InfiniBand C9-105). The call still flushes its sends before returning,
- * when the caller gets the buffer back. */
+ * (InfiniBand C9-105). For the same reason a call returns, and the caller
+ * gets its buffer back, once the right neighbour's end notice says it has
+ * consumed every chunk we sent. */
 static shs_status_t process_one(ring_t *r)
 {
     shs_coll_t *coll = r->coll;
@@ -498,11 +529,30 @@ static shs_status_t process_one(ring_t *r)
     else
         memcpy(dst, slot, len * r->es);
     uint64_t item = r->done++;
+    r->ready >>= 1;
     r->rc++;
     recv_cursor_settle(r);
     if (item + (uint64_t)coll->slots < r->recv_total)
         return notify_left(r, KIND_CREDIT, item);
+    if (r->done == r->recv_total)
+        return notify_left(r, KIND_FIN, coll->grants_given[r->left] - 1);
     return SHS_OK;
+}
+
+/* A waiting rank gives its CPU away: with more ranks than cores, or a
+ * software device whose kernel threads need the CPU to move the data,
+ * spinning (even with sched_yield) starves exactly what it waits for.
+ * Sleeps double from 1 us up to SHS_COLL_SLEEP_US. */
+static void idle_wait(const shs_coll_t *coll, long *nap_ns)
+{
+    if (coll->sleep_us == 0) {
+        sched_yield();
+        return;
+    }
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = *nap_ns};
+    nanosleep(&ts, NULL);
+    long cap = (long)coll->sleep_us * 1000;
+    *nap_ns = *nap_ns * 2 < cap ? *nap_ns * 2 : cap;
 }
 
 static uint64_t stream_total(const ring_t *r, int (*seg)(const ring_t *, int))
@@ -540,12 +590,14 @@ static shs_status_t ring_run(ring_t *r)
     uint64_t last_progress = shs__now_ns();
     uint64_t limit_ns = (uint64_t)coll->timeout_ms * 1000000ull;
     int empty = 0;
-    while (r->done < r->recv_total || r->sent < r->send_total) {
+    long nap_ns = 1000;
+    while (r->done < r->recv_total || r->sent < r->send_total ||
+           (r->send_total > 0 && !r->fin)) {
         bool moved = false;
         st = take_notifications(r, &moved);
         if (st == SHS_OK)
             st = post_sends(r, &moved);
-        if (st == SHS_OK && r->done < r->arrived) {
+        if (st == SHS_OK && (r->ready & 1u)) {
             st = process_one(r);
             moved = true;
         }
@@ -553,6 +605,7 @@ static shs_status_t ring_run(ring_t *r)
             return st;
         if (moved) {
             empty = 0;
+            nap_ns = 1000;
             last_progress = 0;
             continue;
         }
@@ -563,17 +616,15 @@ static shs_status_t ring_run(ring_t *r)
         if (now - last_progress > limit_ns) {
             bool want_data = r->done < r->recv_total;
             return ring_fail(r, SHS_ERR_TIMEOUT, want_data ? r->left : r->right,
-                             want_data ? "no data from" : "no grant or credit from");
+                             want_data ? "no data from" : "no grant, credit or end notice from");
         }
         if (++empty > coll->spin)
-            sched_yield();
+            idle_wait(coll, &nap_ns);
     }
-    /* the caller gets the buffer back: our writes must have left it */
-    if (r->send_total > 0) {
-        st = shs_flush(coll->ctx, r->right, coll->timeout_ms);
-        if (st != SHS_OK)
-            return ring_fail(r, st, r->right, "flushing the writes to");
-    }
+    /* No flush: the end notice says the right neighbour has every chunk,
+     * so the device is done reading our buffer (see process_one), and the
+     * wait for it sleeps like the others instead of spinning in the
+     * transport. Send completions are reaped by later polls. */
     return SHS_OK;
 }
 

@@ -193,10 +193,15 @@ static const knob_t knobs[] = {
     KNOB_INT("SHS_COLL_CHANNEL", coll_channel, "197", 0, 255,
              "collectives: channel in the top 8 bits of their immediates"),
     /* 64: a few microseconds of polling catch a chunk that is about to land;
-     * beyond that a waiting rank yields, which matters when ranks outnumber
-     * cores (a software RDMA device needs the CPU to move the data). */
+     * beyond that a waiting rank sleeps (SHS_COLL_SLEEP_US). */
     KNOB_INT("SHS_COLL_SPIN", coll_spin, "64", 0, 1 << 30,
-             "collectives: empty polls before a waiting rank yields its CPU"),
+             "collectives: empty polls before a waiting rank starts sleeping"),
+    /* 50 us: when ranks outnumber cores, or the RDMA device is software
+     * (rxe computes its CRC on the CPU), spinning or sched_yield() starves
+     * the kernel threads that move the data; sleeps doubling from 1 us up to
+     * 50 us give them the CPU and add at most that to a wait. 0: yield. */
+    KNOB_INT("SHS_COLL_SLEEP_US", coll_sleep_us, "50", 0, 1000000,
+             "collectives: longest sleep between polls of a waiting rank (us); 0 = sched_yield"),
 };
 
 #define KNOB_COUNT (sizeof(knobs) / sizeof(knobs[0]))

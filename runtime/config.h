@@ -70,7 +70,8 @@ typedef struct shs__config {
     int coll_slots;            /* SHS_COLL_SLOTS inbox slots (credits) per receiver */
     size_t coll_stage;         /* SHS_COLL_STAGE staging bytes for unregistered buffers */
     int coll_channel;          /* SHS_COLL_CHANNEL top 8 bits of the immediates */
-    int coll_spin;             /* SHS_COLL_SPIN empty polls before yielding the CPU */
+    int coll_spin;             /* SHS_COLL_SPIN empty polls before sleeping */
+    int coll_sleep_us;         /* SHS_COLL_SLEEP_US longest sleep of a waiting rank (0: yield) */
 } shs__config_t;
 
 /* Fill *cfg with defaults, then the environment (and launcher variables).

@@ -19,6 +19,7 @@ static const struct {
     {"memory", memory_suite},
     {"transport", transport_suite},
     {"schedule", schedule_suite},
+    {"collective", collective_suite},
     {"shadow", shadow_suite},
 };
 

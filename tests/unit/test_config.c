@@ -96,6 +96,7 @@ static const char *const every_knob[] = {
     "SHS_COLL_STAGE", "0",
     "SHS_COLL_CHANNEL", "7",
     "SHS_COLL_SPIN", "1000",
+    "SHS_COLL_SLEEP_US", "0",
     NULL,
 };
 
@@ -138,6 +139,7 @@ START_TEST(test_every_knob_parses)
     ck_assert_uint_eq(c.coll_stage, 0);
     ck_assert_int_eq(c.coll_channel, 7);
     ck_assert_int_eq(c.coll_spin, 1000);
+    ck_assert_int_eq(c.coll_sleep_us, 0);
 }
 END_TEST
 

@@ -11,6 +11,7 @@ Suite *bootstrap_suite(void);
 Suite *memory_suite(void);
 Suite *transport_suite(void);
 Suite *schedule_suite(void);
+Suite *collective_suite(void);
 Suite *shadow_suite(void);
 
 #endif
