@@ -971,6 +971,11 @@ static shs_status_t warm_up_mac(const char *token)
     shs__boot_hello_t hello = {0};
     uint8_t nonce[SHS_BOOT_NONCE_LEN] = {0}, proof[SHS_BOOT_PROOF_LEN];
 
+    /* the random generator too: rank 0 draws its first nonce for a
+     * challenge, with the joiner's handshake deadline running */
+    shs_status_t st = shs__random(nonce, sizeof(nonce));
+    if (st != SHS_OK)
+        return st;
     return shs__boot_proof(token, SHS_BOOT_PROOF_JOIN, &hello, nonce, proof);
 }
 
