@@ -14,6 +14,7 @@
  *   BMUF only: w_g and D (private memory).
  */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -78,6 +79,8 @@ struct shs_shadow {
     float alpha;
     int wait_ms;
     int backoff_us;
+    int nap_pct;            /* SHS_SHADOW_NAP: share of a transfer's expected time slept */
+    double ns_per_byte;     /* moving average of pulled transfers (0: none measured yet) */
     uint32_t channel; /* EASGD immediates: channel << IMM_CHANNEL_SHIFT */
     size_t chunk; /* floats per pulled piece */
     int gmax;
@@ -115,6 +118,7 @@ struct shs_shadow {
     _Atomic uint64_t *last_read_ns;
 
     _Atomic uint64_t round;
+    int round_peers; /* peers the current round synced with */
     bool poisoned;
 
     /* thread */
@@ -125,7 +129,7 @@ struct shs_shadow {
     atomic_int running;
 
     /* stats */
-    _Atomic uint64_t st_rounds, st_bytes_read, st_bytes_written, st_round_ns_sum,
+    _Atomic uint64_t st_rounds, st_idle, st_bytes_read, st_bytes_written, st_round_ns_sum,
         st_round_ns_last, st_round_ns_max, st_wait_ns_sum, st_torn, st_skipped, st_errors;
     atomic_int st_last_error;
     _Atomic uint64_t run_ns_total, run_start_ns, first_round_ns;
@@ -174,17 +178,27 @@ static bool stop_requested(const shs_shadow_t *sh)
     return atomic_load_explicit(&sh->stop_req, memory_order_acquire);
 }
 
-/* Sleep between polls: nothing for the first few, then doubling up to the
- * SHS_SHADOW_BACKOFF_US knob. A waiting shadow thread gives the CPU back. */
+/* Sleep between polls of a peer's stamp: nothing for the first two, then
+ * doubling from 10 us up to a cap: the SHS_SHADOW_BACKOFF_US knob, or 1/32
+ * of the last round's time when that is longer. Every poll is an RDMA READ
+ * that costs the device (and, on Soft-RoCE, the CPU) as much as a small
+ * transfer: a rank waiting for a slow peer must not flood the link with
+ * polls that slow that very peer down, and waiting 3% of a round longer
+ * than necessary is cheap. */
 static void backoff(const shs_shadow_t *sh, int *step)
 {
     if (*step < 2) {
         (*step)++;
         return;
     }
-    long us = 10L << (*step - 2 < 10 ? *step - 2 : 10);
-    if (us > sh->backoff_us)
-        us = sh->backoff_us;
+    long cap = sh->backoff_us;
+    long adaptive = (long)(atomic_load_explicit(&sh->st_round_ns_last, memory_order_relaxed) /
+                           32000u);
+    if (adaptive > cap)
+        cap = adaptive;
+    long us = 10L << (*step - 2 < 16 ? *step - 2 : 16);
+    if (us > cap)
+        us = cap;
     else
         (*step)++;
     if (us <= 0) {
@@ -354,6 +368,34 @@ static shs_status_t guard_slot(shs_shadow_t *sh, uint64_t r)
 
 /* ------------------------------------------------------------ the mean */
 
+/*
+ * Waiting for a pulled piece without burning the CPU. The device (a software
+ * one under emulation, or a NIC) moves the bytes; a shadow thread that spins
+ * in the flush meanwhile takes CPU time from the Hogwild workers (and, on
+ * Soft-RoCE, from the kernel threads that move the data). So the engine
+ * sleeps for SHS_SHADOW_NAP percent of the time the transfer is expected to
+ * take (a moving average of the observed time per byte), then flushes, which
+ * polls only for the rest.
+ */
+static void nap(const shs_shadow_t *sh, size_t bytes)
+{
+    if (sh->nap_pct <= 0 || sh->ns_per_byte <= 0 || bytes == 0)
+        return;
+    double ns = sh->ns_per_byte * (double)bytes * sh->nap_pct / 100.0;
+    if (ns < 20e3) /* below the sleep granularity: not worth a system call */
+        return;
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1e9), .tv_nsec = (long)fmod(ns, 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static void learn_rate(shs_shadow_t *sh, size_t bytes, uint64_t ns)
+{
+    if (bytes == 0)
+        return;
+    double x = (double)ns / (double)bytes;
+    sh->ns_per_byte = sh->ns_per_byte <= 0 ? x : 0.75 * sh->ns_per_byte + 0.25 * x;
+}
+
 /* Index of member k's receive chunk (the own rank has none). */
 static int recv_index(const shs_group_t *grp, int k)
 {
@@ -397,6 +439,9 @@ static shs_status_t pull_mean(shs_shadow_t *sh, const shs_group_t *grp, shs_regi
                 return st;
             }
         }
+        uint64_t t_post = shs__now_ns();
+        size_t bytes = (size_t)(m - 1) * len * sizeof(float);
+        nap(sh, bytes);
         float *acc = sh->acc + c0;
         bool first = true;
         for (int k = 0; k < grp->size; k++) {
@@ -422,6 +467,7 @@ static shs_status_t pull_mean(shs_shadow_t *sh, const shs_group_t *grp, shs_regi
             first = false;
         }
         shs__vec_scale(acc, scale, len);
+        learn_rate(sh, bytes, shs__now_ns() - t_post);
     }
     *members_p = m;
     return SHS_OK;
@@ -460,13 +506,16 @@ static bool verify_stamps(shs_shadow_t *sh, const shs_group_t *grp, uint64_t r,
     return clean;
 }
 
+/* Record the peers this round synced with (their staleness restarts). */
 static void mark_read(shs_shadow_t *sh, const shs_group_t *grp)
 {
     uint64_t now = shs__now_ns();
     for (int k = 0; k < grp->size; k++) {
         int p = grp->ranks[k];
-        if (p != sh->rank && sh->state[p] == PEER_OK)
+        if (p != sh->rank && sh->state[p] == PEER_OK) {
             atomic_store_explicit(&sh->last_read_ns[p], now, RELAXED);
+            sh->round_peers++;
+        }
     }
 }
 
@@ -861,6 +910,7 @@ static shs_status_t run_round(shs_shadow_t *sh)
         return st;
     if (sh->first_round_ns == 0)
         atomic_store_explicit(&sh->first_round_ns, t0, RELAXED);
+    sh->round_peers = 0;
 
     if (sh->algo == SHS_SHADOW_EASGD)
         st = round_easgd(sh, &grp);
@@ -875,6 +925,13 @@ static shs_status_t run_round(shs_shadow_t *sh)
 
     uint64_t dt = shs__now_ns() - t0;
     atomic_store_explicit(&sh->round, r + 1, RELAXED);
+    if (sh->round_peers == 0 && grp.size > 1) {
+        /* every peer of the group was stopped or skipped: not a sync */
+        stat_add(&sh->st_idle, 1);
+        if (st != SHS_OK)
+            note_error(sh, st);
+        return st;
+    }
     stat_add(&sh->st_rounds, 1);
     stat_add(&sh->st_round_ns_sum, dt);
     atomic_store_explicit(&sh->st_round_ns_last, dt, RELAXED);
@@ -937,6 +994,10 @@ static void *shadow_main(void *arg)
             SHS_ERROR("shadow: stopping the shadow thread after %s",
                       shs_status_string(st));
             break;
+        }
+        if (sh->round_peers == 0) {
+            int step = 64; /* nobody to sync with now: poll at the backoff cap */
+            backoff(sh, &step);
         }
         if (sh->min_interval_us == 0)
             continue;
@@ -1014,6 +1075,7 @@ shs_status_t shs_shadow_stats(const shs_shadow_t *csh, shs_shadow_stats_t *out)
     memset(&s, 0, sizeof(s));
     uint64_t now = shs__now_ns();
     s.rounds = atomic_load_explicit(&sh->st_rounds, RELAXED);
+    s.idle_rounds = atomic_load_explicit(&sh->st_idle, RELAXED);
     s.running = atomic_load(&sh->running);
     uint64_t active = atomic_load(&sh->run_ns_total);
     if (s.running)
@@ -1110,6 +1172,7 @@ static shs_status_t resolve_params(shs_shadow_t *sh, const shs_shadow_params_t *
     sh->wait_ms = (m & SHS_SHADOW_PARAM_WAIT_TIMEOUT) ? p->wait_timeout_ms : cfg.shadow_wait_ms;
     size_t chunk_bytes = (m & SHS_SHADOW_PARAM_CHUNK) ? p->chunk_bytes : cfg.shadow_chunk;
     sh->backoff_us = cfg.shadow_backoff_us;
+    sh->nap_pct = cfg.shadow_nap;
     sh->channel = (uint32_t)cfg.shadow_channel << IMM_CHANNEL_SHIFT;
 
     if ((unsigned)sh->algo > SHS_SHADOW_EASGD || (unsigned)sh->path > SHS_SHADOW_PATH_LIVE ||

@@ -172,6 +172,12 @@ static const knob_t knobs[] = {
      * (SHS_COLL_CHANNEL); it tags the EASGD deltas and acknowledgements. */
     KNOB_INT("SHS_SHADOW_CHANNEL", shadow_channel, "83", 0, 255,
              "shadow engine: channel in the top 8 bits of its immediates (EASGD inbox)"),
+    /* 80: the shadow thread sleeps through most of a transfer it has timed
+     * before instead of polling for it, leaving the CPU to the workers (and
+     * to Soft-RoCE's kernel threads, which move the data); the last 20%
+     * absorbs the variation and keeps the latency. */
+    KNOB_INT("SHS_SHADOW_NAP", shadow_nap, "80", 0, 100,
+             "shadow engine: percent of a pull's expected time slept before polling (0 = spin)"),
     /* 256 KiB: large enough that the per-chunk costs (a work request, an
      * immediate, a credit, a poll) vanish next to the transfer, small enough
      * that a ring of 8 still cuts a 16 MiB buffer into 8 chunks per segment

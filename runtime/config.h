@@ -65,6 +65,7 @@ typedef struct shs__config {
     size_t shadow_chunk;       /* SHS_SHADOW_CHUNK pull granularity (bytes) */
     int shadow_backoff_us;     /* SHS_SHADOW_BACKOFF_US longest sleep between polls */
     int shadow_channel;        /* SHS_SHADOW_CHANNEL top 8 bits of the engine's immediates */
+    int shadow_nap;            /* SHS_SHADOW_NAP % of a pull's expected time slept, not polled */
     /* collectives (algorithms/collective.c) */
     size_t coll_chunk;         /* SHS_COLL_CHUNK bytes per inbox slot (pipelined chunk) */
     int coll_slots;            /* SHS_COLL_SLOTS inbox slots (credits) per receiver */

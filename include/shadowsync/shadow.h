@@ -165,7 +165,8 @@ typedef struct shs_shadow_params {
 /* Statistics (shs_shadow_stats). Times in microseconds. Counters are
  * cumulative since shs_shadow_create. */
 typedef struct shs_shadow_stats {
-    uint64_t rounds;          /* rounds completed (background and foreground) */
+    uint64_t rounds;          /* rounds that synced with at least one peer
+                                 (background and foreground) */
     double syncs_per_min;     /* rounds per minute of running time (background:
                                  since shs_shadow_start; foreground: since the first
                                  round) */
@@ -182,6 +183,8 @@ typedef struct shs_shadow_stats {
     double staleness_ms_max;  /* largest per-peer staleness among the peers ever read
                                  (-1: none read yet) */
     int running;              /* nonzero while the shadow thread runs */
+    uint64_t idle_rounds;     /* rounds in which every peer of the group was stopped or
+                                 skipped (not counted in rounds) */
 } shs_shadow_stats_t;
 
 /*

@@ -17,6 +17,9 @@
  *              stops early and the others skip it without errors; stop joins
  *              within a bound; workers never blocked
  *   stop-ring  the same on the ring path (the leaving check-in)
+ *   conserve   S-MA while workers add known increments: the sum over ranks
+ *              is the initial sum plus every increment (bar the few lost in
+ *              the delta application's load-store window)
  *   bmuf       FR-BMUF with identical replicas plus per-rank offsets: one
  *              round gives the BMUF step of the mean (checked by hand rule)
  *
@@ -317,6 +320,104 @@ static void case_stop(shs_ctx_t *ctx, shs_region_t *model, bool ring)
     shs_shadow_destroy(sh);
 }
 
+/* ------------------------------------------------------------ conserve */
+
+typedef struct counter {
+    float *w;
+    atomic_bool *quit;
+    unsigned long adds;
+    int id;
+} counter_t;
+
+/* Adds 1 to elements of its own parity only: the two workers of a rank never
+ * race with each other, so every lost increment is one the shadow thread's
+ * delta application overwrote. */
+static void *counter_main(void *arg)
+{
+    counter_t *c = arg;
+    unsigned x = (unsigned)(g_rank * 7919 + c->id * 104729 + 1);
+    while (!atomic_load_explicit(c->quit, memory_order_relaxed)) {
+        x = x * 1103515245u + 12345u;
+        size_t i = ((x >> 8) % (N_ELEMS / 2)) * 2 + (size_t)c->id;
+        c->w[i] += 1.0f;
+        c->adds++;
+    }
+    return NULL;
+}
+
+/*
+ * S-MA with workers adding known increments while rounds run: every round
+ * averages the same snapshots on all its members, and each result is applied
+ * as a delta, so sum over ranks of the models = initial sum + every
+ * increment, except increments lost in the load-store window of the delta
+ * application (a handful). A corrupted, torn or misapplied round shows as a
+ * large difference either way.
+ */
+static void case_conserve(shs_ctx_t *ctx, shs_region_t *model)
+{
+    int n = shs_ctx_size(ctx);
+    float *w = shs_region_addr(model);
+    shs_shadow_params_t p = base_params(SHS_SHADOW_MA);
+    shs_shadow_t *sh;
+    shs_region_t *res;
+    fill(w, g_rank);
+    CHECK_OK(shs_region_alloc(ctx, 4096, SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_READ, &res));
+    CHECK_OK(shs_shadow_create(ctx, model, 0, N_ELEMS, &p, &sh));
+    double initial = 0;
+    for (int r = 0; r < n; r++)
+        for (size_t i = 0; i < N_ELEMS; i++)
+            initial += value(r, i);
+
+    atomic_bool quit = false;
+    counter_t c[2];
+    pthread_t th[2];
+    CHECK_OK(shs_shadow_start(sh));
+    for (int i = 0; i < 2; i++) {
+        c[i] = (counter_t){.w = w, .quit = &quit, .id = i};
+        if (pthread_create(&th[i], NULL, counter_main, &c[i]) != 0)
+            fail("worker thread");
+    }
+    wait_rounds(sh, 8);
+    atomic_store(&quit, true);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    shs_shadow_stats_t s;
+    CHECK_OK(shs_shadow_stats(sh, &s));
+    wait_rounds(sh, s.rounds + 3); /* rounds with the workers done */
+    CHECK_OK(shs_shadow_stop(sh));
+    CHECK_OK(shs_shadow_stats(sh, &s));
+    if (s.errors != 0)
+        fail("conserve: %llu rounds with errors (%s)", (unsigned long long)s.errors,
+             shs_status_string(s.last_error));
+
+    double *mine = shs_region_addr(res);
+    mine[0] = 0;
+    for (size_t i = 0; i < N_ELEMS; i++)
+        mine[0] += w[i];
+    mine[1] = (double)(c[0].adds + c[1].adds);
+    CHECK_OK(shs_ctx_barrier(ctx));
+    if (g_rank == 0) {
+        double total = mine[0], adds = mine[1];
+        for (int r = 1; r < n; r++) {
+            CHECK_OK(shs_read(ctx, r, res, 64, res, 0, 16, SHS_OP_SIGNAL));
+            CHECK_OK(shs_flush(ctx, r, SHS_TIMEOUT_DEFAULT));
+            total += mine[8];
+            adds += mine[9];
+        }
+        double lost = initial + adds - total;
+        printf("conserve: %.0f increments over %llu rounds, sum off by %.3f (lost increments "
+               "or rounding)\n",
+               adds, (unsigned long long)s.rounds, lost);
+        /* rounding: a few ulps of the model's magnitude per element and round */
+        if (lost < -1.0 || lost > 1.0 + adds * 1e-3)
+            fail("conserve: the ranks' sum is %.3f, expected %.3f (+%.0f increments)", total,
+                 initial + adds, adds);
+    }
+    CHECK_OK(shs_ctx_barrier(ctx));
+    shs_shadow_destroy(sh);
+    shs_region_destroy(res);
+}
+
 /* ---------------------------------------------------------------- BMUF */
 
 static void case_bmuf(shs_ctx_t *ctx, shs_region_t *model)
@@ -357,7 +458,7 @@ int main(int argc, char **argv)
 {
     if (argc != 2) {
         fprintf(stderr,
-                "usage: shs-launch -n 4 -- %s ma-all|ma-ds|ring-all|ring-ds|easgd|stop|stop-ring|bmuf\n",
+                "usage: shs-launch -n 4 -- %s ma-all|ma-ds|ring-all|ring-ds|easgd|stop|stop-ring|conserve|bmuf\n",
                 argv[0]);
         return RC_FAIL;
     }
@@ -392,6 +493,8 @@ int main(int argc, char **argv)
         case_stop(ctx, model, false);
     else if (strcmp(which, "stop-ring") == 0)
         case_stop(ctx, model, true);
+    else if (strcmp(which, "conserve") == 0)
+        case_conserve(ctx, model);
     else if (strcmp(which, "bmuf") == 0)
         case_bmuf(ctx, model);
     else
