@@ -120,9 +120,14 @@ static const knob_t knobs[] = {
      * and 15 of 16 completions are never generated. */
     KNOB_INT("SHS_SIGNAL_EVERY", signal_every, "16", 1, 1 << 16,
              "signal one send work request in n (at most SHS_SQ_DEPTH)"),
-    /* 0: split only where the device requires it (max_msg_sz). */
-    KNOB_SIZE("SHS_MAX_CHUNK", max_chunk, "0", 0, 1ll << 31,
-              "bytes per work request (k/m/g suffixes); 0 = the device's max_msg_sz"),
+    /* 1 MiB: a wait's deadline counts time without a completion, and a work
+     * request completes only whole: one of 8 MiB (rxe's max_msg_sz) takes
+     * longer than SHS_OP_TIMEOUT_MS on a slow link (two loaded emulated
+     * guests: under 1 MB/s), so such a transfer looked like a dead peer.
+     * 1 MiB per request costs nothing next to the transfer on real links. */
+    KNOB_SIZE("SHS_MAX_CHUNK", max_chunk, "1m", 0, 1ll << 31,
+              "bytes per work request (k/m/g suffixes), capped by the device's "
+              "max_msg_sz; 0 = max_msg_sz"),
     /* 1 MiB: a READ whose response loses a packet is retried from that packet
      * to its end (go-back-N), and its completion is the first sign of progress
      * a flush sees; 1 MiB keeps both small on a slow or lossy link while the

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/clock.h"
 #include "runtime/log.h"
 #include "runtime/memory.h"
 #include "transport/transport.h"
@@ -118,9 +117,8 @@ shs_status_t shs_recv(shs_ctx_t *ctx, int peer, shs_msg_t *msg_p, int timeout_ms
     shs_status_t status = try_msg(ctx, peer, msg_p);
     if (status != SHS_ERR_TIMEOUT)
         return status;
-    shs__deadline_t dl = shs__deadline_in_ms(timeout_ms < 0 ? ctx->cfg.op_timeout_ms
-                                                            : timeout_ms);
-    unsigned empty = 0;
+    shs__waiter_t w;
+    shs__waiter_init(&w, timeout_ms < 0 ? ctx->cfg.op_timeout_ms : timeout_ms);
     for (;;) {
         int n = shs__poll(ctx);
         if (n < 0)
@@ -129,18 +127,14 @@ shs_status_t shs_recv(shs_ctx_t *ctx, int peer, shs_msg_t *msg_p, int timeout_ms
             status = try_msg(ctx, peer, msg_p);
             if (status != SHS_ERR_TIMEOUT)
                 return status;
-            empty = 0;
-        } else if ((empty & 63) == 0) {
-            /* every 64 empty polls: a peer failed without a completion (the
-             * event thread saw it), or the deadline; the clock costs */
+            shs__waiter_progress(&w, false); /* the timeout bounds the whole wait */
+        } else if (timeout_ms == 0 || shs__waiter_idle(&w)) {
+            return SHS_ERR_TIMEOUT;
+        } else if (w.empty % SHS__CLOCK_EVERY == 0) {
+            /* a peer that failed without a completion (the event thread saw it) */
             status = try_msg(ctx, peer, msg_p);
             if (status != SHS_ERR_TIMEOUT)
                 return status;
-            if (shs__deadline_passed(dl))
-                return SHS_ERR_TIMEOUT;
-            shs__idle(&empty);
-        } else {
-            shs__idle(&empty);
         }
     }
 }

@@ -103,30 +103,22 @@ static inline bool must_wait(const shs_ctx_t *ctx, const shs__conn_t *conn, unsi
 static shs_status_t reserve(shs_ctx_t *ctx, shs__conn_t *conn, unsigned n, uint64_t rd_bytes)
 {
     uint64_t last_done = conn->sq_done;
-    shs__deadline_t dl;
-    unsigned empty = 0;
-    bool armed = false;
+    shs__waiter_t w;
 
+    shs__waiter_init(&w, ctx->cfg.op_timeout_ms);
     while (must_wait(ctx, conn, n, rd_bytes)) {
         if (shs__peer_is_failed(conn->peer))
             return SHS_ERR_PEER_FAILED;
-        if (!armed) {
-            dl = shs__deadline_in_ms(ctx->cfg.op_timeout_ms);
-            armed = true;
-        }
         if (shs__poll(ctx) < 0)
             return SHS_ERR_DEVICE;
         if (conn->sq_done != last_done) {
             last_done = conn->sq_done;
-            dl = shs__deadline_in_ms(ctx->cfg.op_timeout_ms);
-            empty = 0;
-        } else if (shs__deadline_passed(dl)) {
+            shs__waiter_progress(&w, true);
+        } else if (shs__waiter_idle(&w)) {
             shs__peer_fail(conn->peer, SHS_ERR_TIMEOUT,
                            "no send completion for %d ms (SHS_OP_TIMEOUT_MS) with a full "
                            "send queue or READ budget", ctx->cfg.op_timeout_ms);
             return SHS_ERR_TIMEOUT;
-        } else {
-            shs__idle(&empty);
         }
     }
     return SHS_OK;
@@ -398,8 +390,8 @@ shs_status_t shs_flush(shs_ctx_t *ctx, int peer, int timeout_ms)
     for (int r = lo; r <= hi; r++)
         if (r != ctx->rank)
             progress += peer_done_sum(ctx, &ctx->peers[r]);
-    shs__deadline_t dl = shs__deadline_in_ms(timeout_ms);
-    unsigned empty = 0;
+    shs__waiter_t w;
+    shs__waiter_init(&w, timeout_ms);
     for (;;) {
         bool busy = false;
         uint64_t now_progress = 0;
@@ -417,9 +409,8 @@ shs_status_t shs_flush(shs_ctx_t *ctx, int peer, int timeout_ms)
             return SHS_ERR_DEVICE;
         if (now_progress != progress) {
             progress = now_progress;
-            dl = shs__deadline_in_ms(timeout_ms);
-            empty = 0;
-        } else if (shs__deadline_passed(dl)) {
+            shs__waiter_progress(&w, true);
+        } else if (shs__waiter_idle(&w)) {
             for (int r = lo; r <= hi; r++) {
                 shs__peer_t *p = &ctx->peers[r];
                 if (r != ctx->rank && !shs__peer_is_failed(p) && !peer_drained(ctx, p))
@@ -428,8 +419,6 @@ shs_status_t shs_flush(shs_ctx_t *ctx, int peer, int timeout_ms)
                                    timeout_ms);
             }
             break;
-        } else {
-            shs__idle(&empty);
         }
     }
 
@@ -540,9 +529,8 @@ shs_status_t shs_wait_imm_match(shs_ctx_t *ctx, int peer, uint32_t mask, uint32_
     if (ctx == NULL || imm_p == NULL || peer < SHS_PEER_ANY || peer >= ctx->size ||
         peer == ctx->rank || (match & ~mask) != 0)
         return SHS_ERR_INVALID_ARG;
-    shs__deadline_t dl = shs__deadline_in_ms(timeout_ms < 0 ? ctx->cfg.op_timeout_ms
-                                                            : timeout_ms);
-    unsigned empty = 0;
+    shs__waiter_t w;
+    shs__waiter_init(&w, timeout_ms < 0 ? ctx->cfg.op_timeout_ms : timeout_ms);
     for (;;) {
         shs_status_t status = try_imm(ctx, peer, mask, match, peer_p, imm_p);
         if (status != SHS_ERR_TIMEOUT)
@@ -551,10 +539,8 @@ shs_status_t shs_wait_imm_match(shs_ctx_t *ctx, int peer, uint32_t mask, uint32_
         if (n < 0)
             return SHS_ERR_DEVICE;
         if (n > 0)
-            empty = 0;
-        else if (shs__deadline_passed(dl))
+            shs__waiter_progress(&w, false); /* the timeout bounds the whole wait */
+        else if (timeout_ms == 0 || shs__waiter_idle(&w))
             return SHS_ERR_TIMEOUT;
-        else
-            shs__idle(&empty);
     }
 }

@@ -24,6 +24,7 @@
 #include <shadowsync/status.h>
 
 #include "runtime/bootstrap.h"
+#include "runtime/clock.h"
 #include "runtime/config.h"
 #include "runtime/memory.h"
 
@@ -283,10 +284,51 @@ int shs__poll(shs_ctx_t *ctx);
  * that must make progress run, long enough not to add latency to a
  * completion that is microseconds away. */
 #define SHS__SPIN_POLLS 2000
-static inline void shs__idle(unsigned *empty)
+/* A wait reads the clock once every this many empty polls, never on the
+ * way to a completion that is already there: on some machines the clock is
+ * a system call (a TCG guest's hpet: 4.4 us, more than a poll of the CQ). */
+#define SHS__CLOCK_EVERY 64
+
+/* A bounded busy wait: counts empty polls, yields past SHS__SPIN_POLLS and
+ * measures the timeout from the first clock reading, at most
+ * SHS__CLOCK_EVERY polls after the wait (or its last progress) began. */
+typedef struct shs__waiter {
+    unsigned empty;
+    bool armed;
+    int timeout_ms;
+    shs__deadline_t dl;
+} shs__waiter_t;
+
+static inline void shs__waiter_init(shs__waiter_t *w, int timeout_ms)
 {
-    if (++*empty > SHS__SPIN_POLLS)
+    w->empty = 0;
+    w->armed = false;
+    w->timeout_ms = timeout_ms;
+    w->dl.end_ns = UINT64_MAX;
+}
+
+/* Progress: spin again; with restart, the timeout starts over too. */
+static inline void shs__waiter_progress(shs__waiter_t *w, bool restart)
+{
+    w->empty = 0;
+    if (restart)
+        w->armed = false;
+}
+
+/* An empty poll: true once the timeout has passed. */
+static inline bool shs__waiter_idle(shs__waiter_t *w)
+{
+    if (++w->empty % SHS__CLOCK_EVERY == 0) {
+        if (!w->armed) {
+            w->dl = shs__deadline_in_ms(w->timeout_ms);
+            w->armed = true;
+        } else if (shs__deadline_passed(w->dl)) {
+            return true;
+        }
+    }
+    if (w->empty > SHS__SPIN_POLLS)
         sched_yield();
+    return false;
 }
 
 #endif

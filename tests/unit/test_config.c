@@ -49,7 +49,7 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c.sq_depth, 256);
     ck_assert_int_eq(c.rq_depth, 256);
     ck_assert_int_eq(c.signal_every, 16);
-    ck_assert_uint_eq(c.max_chunk, 0);
+    ck_assert_uint_eq(c.max_chunk, 1u << 20);
     ck_assert_uint_eq(c.read_chunk, 1u << 20);
     ck_assert_uint_eq(c.read_inflight, 4u << 20);
     ck_assert_uint_eq(c.msg_size, 0);

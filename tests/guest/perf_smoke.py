@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Guest test of tools/shs-perf: every test type runs a few iterations between
+two processes on this machine's RDMA device, with --check and --json; the
+output must parse and every figure must be positive (never a speed bound).
+
+usage: perf_smoke.py PATH/TO/shs-perf
+Exit: 0 pass, 1 fail, 77 no RDMA device (CTest "Not Run").
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+TIMEOUT = 120
+LAT_KEYS = ["t_min_us", "t_max_us", "t_typical_us", "t_avg_us", "p99_us", "p99_9_us"]
+BW_KEYS = ["bw_peak", "bw_avg", "msg_rate_mpps"]
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def run_pair(perf, test, args, env_mode=False):
+    """Server and client of one test; returns the client's parsed JSON lines."""
+    port = free_port()
+    common = [perf, test, "--json", "--check"] + args
+    if env_mode:  # ranks from the environment, as under mpirun
+        envs = [dict(os.environ, SHS_RANK=str(r), SHS_SIZE="2",
+                     SHS_BOOTSTRAP="127.0.0.1:%d" % port) for r in (0, 1)]
+        cmds = [common, common]
+    else:
+        envs = [os.environ, os.environ]
+        cmds = [common + ["-p", str(port)], common + ["-p", str(port), "127.0.0.1"]]
+    procs = [subprocess.Popen(c, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for c, e in zip(cmds, envs)]
+    outs = []
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise AssertionError("%s %s: no result within %d s" % (test, args, TIMEOUT))
+        if p.returncode != 0:
+            raise AssertionError("%s %s: exit %d: %s" % (test, args, p.returncode, err.strip()))
+        outs.append(out)
+    rows = [json.loads(line) for line in outs[1].splitlines() if line.strip()]
+    if not rows:
+        raise AssertionError("%s %s: the client printed no result" % (test, args))
+    return rows
+
+
+def check_rows(test, args, rows, want_sizes):
+    keys = LAT_KEYS if test.endswith("_lat") else BW_KEYS
+    sizes = [r["bytes"] for r in rows]
+    if sizes != want_sizes:
+        raise AssertionError("%s %s: sizes %s, expected %s" % (test, args, sizes, want_sizes))
+    for r in rows:
+        if r["test"] != test or r["iterations"] <= 0 or r.get("check") != "ok":
+            raise AssertionError("%s %s: bad row %s" % (test, args, r))
+        for k in keys:
+            if not (isinstance(r[k], (int, float)) and r[k] > 0):
+                raise AssertionError("%s %s: %s is %r in %s" % (test, args, k, r.get(k), r))
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    perf = sys.argv[1]
+    if not os.path.isdir("/sys/class/infiniband") or not os.listdir("/sys/class/infiniband"):
+        print("no RDMA device (/sys/class/infiniband is empty): skipped", file=sys.stderr)
+        return 77
+    cases = []
+    for op in ["read", "write", "write_imm", "send"]:
+        cases.append(("%s_lat" % op, ["-n", "20", "-s", "8"], [8], False))
+        cases.append(("%s_bw" % op, ["-n", "40", "-s", "4096"], [4096], False))
+    cases += [
+        ("write_bw", ["-a", "-n", "3"], [2 << i for i in range(23)], False),
+        ("read_bw", ["-n", "20", "-s", "65537", "-q", "2"], [65537], False),
+        ("send_bw", ["-n", "30", "-s", "1000", "-b"], [1000], False),
+        ("write_imm_bw", ["-D", "1", "-s", "2048", "-b"], [2048], False),
+        ("write_bw", ["-n", "20", "-s", "100000", "-t", "4", "--oob"], [100000], False),
+        ("send_lat", ["-n", "20", "-s", "64"], [64], True),
+        ("read_lat", ["-n", "10", "-s", "8388608"], [8388608], False),
+    ]
+    failed = 0
+    for test, args, sizes, env_mode in cases:
+        try:
+            rows = run_pair(perf, test, args, env_mode)
+            check_rows(test, args, rows, sizes)
+            print("ok   %-13s %-28s %d row(s)" % (test, " ".join(args), len(rows)))
+        except (AssertionError, ValueError, KeyError) as e:
+            print("FAIL %s" % e)
+            failed += 1
+    print("%s: %d of %d cases" % ("PASS" if not failed else "FAIL", len(cases) - failed,
+                                    len(cases)))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
