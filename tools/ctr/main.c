@@ -85,6 +85,7 @@ typedef struct run {
     pthread_barrier_t bar;
     uint64_t nsync; /* foreground syncs per worker */
     atomic_int sync_errors;
+    atomic_int syncing; /* FR: a foreground round is rewriting the model */
     /* checkpoints: copies of the model and the examples seen (all ranks) */
     float *ckpt;
     uint64_t ckpt_seen[MAX_CKPT + 1];
@@ -134,7 +135,9 @@ static double now_s(void)
 static void fg_sync(run_t *r)
 {
     if (pthread_barrier_wait(&r->bar) == PTHREAD_BARRIER_SERIAL_THREAD) {
+        atomic_store(&r->syncing, 1);
         shs_status_t st = shs_shadow_sync(r->sh);
+        atomic_store(&r->syncing, 0);
         if (st != SHS_OK)
             atomic_fetch_add(&r->sync_errors, 1);
     }
@@ -456,7 +459,9 @@ static void train(run_t *r, shs_ctx_t *ctx, const ctr_example_t *eval)
         for (int i = 0; i < r->o.workers; i++)
             done += atomic_load_explicit(&ws[i].done, memory_order_relaxed);
         uint64_t next = r->ntrain * (uint64_t)(r->nckpt + 1) / (uint64_t)(r->o.checkpoints + 1);
-        if (done >= next) {
+        /* never copy a model half way through a foreground round (the
+         * workers never see one either) */
+        if (done >= next && !atomic_load(&r->syncing)) {
             memcpy(r->ckpt + (size_t)r->nckpt * r->lay.count, r->model,
                    r->lay.count * sizeof(float));
             r->ckpt_seen[r->nckpt++] = done * (uint64_t)r->size;
