@@ -25,10 +25,9 @@
 #define IMM_SEQ_MASK ((1u << IMM_KIND_SHIFT) - 1)
 #define IMM_MATCH_MASK (~IMM_SEQ_MASK) /* channel and kind */
 enum {
-    KIND_DATA = 0,   /* a chunk is in slot (seq mod slots) */
+    KIND_DATA = 0,   /* receive item seq has landed (its slot: see slot_of) */
     KIND_CREDIT = 1, /* receive item seq is consumed: its slot is free */
-    KIND_GRANT = 2,  /* call seq of this pair may start: all slots are free */
-    KIND_FIN = 3     /* call seq of this pair: every chunk has been consumed */
+    KIND_GRANT = 2   /* call seq of this pair may start: all slots are free */
 };
 
 /* The parameters every rank must agree on, compared at setup. */
@@ -36,6 +35,7 @@ typedef struct coll_sig {
     uint64_t magic;
     uint64_t slot_bytes;
     uint64_t stage_bytes;
+    uint64_t eager_bytes;
     uint32_t slots;
     uint32_t channel;
     uint64_t valid;          /* this rank's parameters passed their checks */
@@ -49,16 +49,20 @@ struct shs_coll {
     size_t slot_bytes;
     int slots;
     size_t stage_bytes;
+    size_t eager_bytes;      /* per-sender slot for the first chunk of a call */
     uint32_t chan;           /* channel << IMM_CHAN_SHIFT */
     int timeout_ms;
     int spin;                /* empty polls before sleeping */
     int sleep_us;            /* longest sleep (0: sched_yield) */
-    shs_region_t *inbox;     /* slots * slot_bytes; left neighbours write here */
+    shs_region_t *inbox;     /* slots * slot_bytes shared slots, then one eager
+                                slot of eager_bytes per rank; left neighbours
+                                write here */
     shs_region_t *stage;     /* stage_bytes, or NULL */
-    /* Per peer, the calls in which this rank received from / sent to it:
-     * the sequence of the grant that opens the next such call. */
-    uint32_t *grants_given;  /* as receiver, to my left neighbour */
-    uint32_t *grants_taken;  /* as sender, from my right neighbour */
+    /* Per peer, the calls in which it was this rank's left neighbour (it
+     * sent to us) and its right neighbour (we sent to it): the sequence
+     * number that the grant of the next such call carries. */
+    uint32_t *calls_from;
+    uint32_t *calls_to;
     bool poisoned;
     shs_coll_stats_t stats;
 };
@@ -89,7 +93,8 @@ static shs_status_t check_same_params(shs_coll_t *coll, shs_status_t local)
         return st;
     coll_sig_t *sig = shs_region_addr(table);
     sig[me] = (coll_sig_t){.magic = SIG_MAGIC, .slot_bytes = coll->slot_bytes,
-                           .stage_bytes = coll->stage_bytes, .slots = (uint32_t)coll->slots,
+                           .stage_bytes = coll->stage_bytes,
+                           .eager_bytes = coll->eager_bytes, .slots = (uint32_t)coll->slots,
                            .channel = coll->chan >> IMM_CHAN_SHIFT,
                            .valid = local == SHS_OK};
     size_t off = (size_t)me * sizeof(coll_sig_t);
@@ -107,11 +112,13 @@ static shs_status_t check_same_params(shs_coll_t *coll, shs_status_t local)
             st = p == me ? local : SHS_ERR_SIZE_MISMATCH;
         } else if (memcmp(&sig[p], &sig[me], sizeof(coll_sig_t)) != 0 && sig[me].valid) {
             SHS_ERROR("collective setup: rank %d uses chunk %llu, %u slots, stage %llu, "
-                      "channel %u; this rank uses chunk %zu, %d slots, stage %zu, channel %u: "
-                      "every rank must use the same SHS_COLL_* values", p,
-                      (unsigned long long)sig[p].slot_bytes, sig[p].slots,
-                      (unsigned long long)sig[p].stage_bytes, sig[p].channel, coll->slot_bytes,
-                      coll->slots, coll->stage_bytes, coll->chan >> IMM_CHAN_SHIFT);
+                      "eager %llu, channel %u; this rank uses chunk %zu, %d slots, stage %zu, "
+                      "eager %zu, channel %u: every rank must use the same SHS_COLL_* values",
+                      p, (unsigned long long)sig[p].slot_bytes, sig[p].slots,
+                      (unsigned long long)sig[p].stage_bytes,
+                      (unsigned long long)sig[p].eager_bytes, sig[p].channel, coll->slot_bytes,
+                      coll->slots, coll->stage_bytes, coll->eager_bytes,
+                      coll->chan >> IMM_CHAN_SHIFT);
             st = SHS_ERR_SIZE_MISMATCH;
         }
     }
@@ -133,6 +140,7 @@ static shs_status_t apply_params(shs_coll_t *coll, const shs_coll_params_t *para
     coll->slot_bytes = cfg->coll_chunk;
     coll->slots = cfg->coll_slots;
     coll->stage_bytes = cfg->coll_stage;
+    coll->eager_bytes = cfg->coll_eager;
     int channel = cfg->coll_channel;
     coll->timeout_ms = cfg->op_timeout_ms;
     coll->spin = cfg->coll_spin;
@@ -147,6 +155,8 @@ static shs_status_t apply_params(shs_coll_t *coll, const shs_coll_params_t *para
             coll->stage_bytes = params->stage_bytes;
         if (m & SHS_COLL_PARAM_CHANNEL)
             channel = params->channel;
+        if (m & SHS_COLL_PARAM_EAGER_BYTES)
+            coll->eager_bytes = params->eager_bytes;
         if (m & SHS_COLL_PARAM_TIMEOUT)
             coll->timeout_ms = params->timeout_ms;
     }
@@ -159,12 +169,20 @@ static shs_status_t apply_params(shs_coll_t *coll, const shs_coll_params_t *para
                   coll->slot_bytes);
         return SHS_ERR_CONFIG;
     }
-    /* Per peer at most: `slots` data notifications (n = 2: the same peer
-     * is both neighbours, so also `slots` credits), a grant for this call
-     * and one for the next. */
-    if (coll->slots < 1 || coll->slots > 64 || 2 * coll->slots + 4 > cfg->rq_depth) {
-        SHS_ERROR("collectives: %d slots: expected 1..64 with 2 * slots + 4 <= "
+    /* Per peer at most: slots + 1 data notifications (the shared slots and
+     * the eager one), `slots` credits (n = 2: the same peer is both
+     * neighbours), the grant of this call, and the grant and eager chunk
+     * of the next. */
+    if (coll->slots < 1 || coll->slots > 63 || 2 * coll->slots + 6 > cfg->rq_depth) {
+        SHS_ERROR("collectives: %d slots: expected 1..63 with 2 * slots + 6 <= "
                   "SHS_RQ_DEPTH (%d)", coll->slots, cfg->rq_depth);
+        return SHS_ERR_CONFIG;
+    }
+    if (coll->eager_bytes > coll->slot_bytes)
+        coll->eager_bytes = coll->slot_bytes; /* a first chunk is never larger */
+    if (coll->eager_bytes % 8 != 0) {
+        SHS_ERROR("collectives: eager slot of %zu bytes: expected a multiple of 8",
+                  coll->eager_bytes);
         return SHS_ERR_CONFIG;
     }
     if (channel < 0 || channel > 255) {
@@ -200,13 +218,14 @@ shs_status_t shs_coll_create(shs_ctx_t *ctx, const shs_coll_params_t *params,
     if (st != SHS_OK)
         goto err_free;
 
-    coll->grants_given = calloc((size_t)coll->size, sizeof(uint32_t));
-    coll->grants_taken = calloc((size_t)coll->size, sizeof(uint32_t));
-    if (coll->grants_given == NULL || coll->grants_taken == NULL) {
+    coll->calls_from = calloc((size_t)coll->size, sizeof(uint32_t));
+    coll->calls_to = calloc((size_t)coll->size, sizeof(uint32_t));
+    if (coll->calls_from == NULL || coll->calls_to == NULL) {
         st = SHS_ERR_NO_MEMORY; /* the peers fail in the registration: bounded */
         goto err_free;
     }
-    st = shs_region_alloc(ctx, (size_t)coll->slots * coll->slot_bytes,
+    st = shs_region_alloc(ctx, (size_t)coll->slots * coll->slot_bytes +
+                                   (size_t)coll->size * coll->eager_bytes,
                           SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_WRITE, &coll->inbox);
     if (st != SHS_OK)
         goto err_free;
@@ -216,16 +235,17 @@ shs_status_t shs_coll_create(shs_ctx_t *ctx, const shs_coll_params_t *params,
         if (st != SHS_OK)
             goto err_destroy_inbox;
     }
-    SHS_DEBUG("collectives: %d slots of %zu bytes, stage %zu bytes, channel %u",
-              coll->slots, coll->slot_bytes, coll->stage_bytes, coll->chan >> IMM_CHAN_SHIFT);
+    SHS_DEBUG("collectives: %d slots of %zu bytes, eager %zu, stage %zu bytes, channel %u",
+              coll->slots, coll->slot_bytes, coll->eager_bytes, coll->stage_bytes,
+              coll->chan >> IMM_CHAN_SHIFT);
     *coll_p = coll;
     return SHS_OK;
 
 err_destroy_inbox:
     shs_region_destroy(coll->inbox);
 err_free:
-    free(coll->grants_taken);
-    free(coll->grants_given);
+    free(coll->calls_to);
+    free(coll->calls_from);
     free(coll);
     return st;
 }
@@ -236,8 +256,8 @@ void shs_coll_destroy(shs_coll_t *coll)
         return;
     shs_region_destroy(coll->stage);
     shs_region_destroy(coll->inbox);
-    free(coll->grants_taken);
-    free(coll->grants_given);
+    free(coll->calls_to);
+    free(coll->calls_from);
     free(coll);
 }
 
@@ -270,15 +290,18 @@ typedef struct ring {
     size_t chunk_elems;
 
     uint64_t send_total, recv_total;
+    unsigned send_eager;     /* 1: send item 0 goes to the right's eager slot */
+    unsigned recv_eager;     /* 1: receive item 0 lands in our eager slot */
     uint64_t sent;           /* send items posted */
     uint64_t arrived;        /* data notifications taken */
     uint64_t ready;          /* bit k: receive item done + k has arrived */
     uint64_t done;           /* receive items reduced or copied */
-    uint64_t credits;        /* slots of the right neighbour this rank may fill */
+    uint64_t credits;        /* shared slots of the right neighbour we may fill */
     uint64_t credits_in;     /* credit notifications taken */
     bool granted;
-    bool fin;                /* the right neighbour consumed all our chunks */
-    uint32_t pair_seq;       /* the grant / fin sequence of this call with the right */
+    bool flushed;            /* all our writes to the right have completed */
+    uint32_t seq_to;         /* grant sequence of this call, from the right */
+    uint32_t seq_from;       /* ... and towards the left */
 
     int su;                  /* send cursor: step and chunk */
     size_t sc;
@@ -379,6 +402,18 @@ static inline uint32_t imm_of(const ring_t *r, int kind, uint64_t seq)
     return r->coll->chan | ((uint32_t)kind << IMM_KIND_SHIFT) | ((uint32_t)seq & IMM_SEQ_MASK);
 }
 
+/* Byte offset in an inbox of the slot of stream item t written by `sender`
+ * in a call whose first item went eager (eager_first = 1) or not: the
+ * sender's eager slot for that first item, else shared slot
+ * (t - eager_first) mod slots. Sender and receiver compute the same. */
+static inline size_t slot_of(const shs_coll_t *coll, int sender, uint64_t t,
+                             unsigned eager_first)
+{
+    if (t < eager_first)
+        return (size_t)coll->slots * coll->slot_bytes + (size_t)sender * coll->eager_bytes;
+    return (size_t)((t - eager_first) % (uint64_t)coll->slots) * coll->slot_bytes;
+}
+
 /* Zero-length write with immediate: a grant or a credit to the left. */
 static shs_status_t notify_left(ring_t *r, int kind, uint64_t seq)
 {
@@ -395,15 +430,12 @@ static shs_status_t take_notifications(ring_t *r, bool *moved)
     uint32_t imm;
     shs_status_t st;
 
-    if (!r->granted && r->send_total > 0) {
+    if (!r->granted && r->send_total > r->send_eager) {
         st = shs_poll_imm_match(coll->ctx, r->right, IMM_MATCH_MASK,
                                 imm_of(r, KIND_GRANT, 0), NULL, &imm);
         if (st == SHS_OK) {
-            uint32_t want = coll->grants_taken[r->right];
-            if ((imm & IMM_SEQ_MASK) != (want & IMM_SEQ_MASK))
-                return protocol_error(r, r->right, "a grant", imm, want);
-            coll->grants_taken[r->right] = want + 1;
-            r->pair_seq = want;
+            if ((imm & IMM_SEQ_MASK) != (r->seq_to & IMM_SEQ_MASK))
+                return protocol_error(r, r->right, "a grant", imm, r->seq_to);
             r->granted = true;
             r->credits = (uint64_t)coll->slots;
             *moved = true;
@@ -411,7 +443,7 @@ static shs_status_t take_notifications(ring_t *r, bool *moved)
             return ring_fail(r, st, r->right, "waiting for the grant of");
         }
     }
-    while (r->granted && r->credits_in + (uint64_t)coll->slots < r->send_total) {
+    while (r->granted && r->credits_in + (uint64_t)coll->slots + r->send_eager < r->send_total) {
         st = shs_poll_imm_match(coll->ctx, r->right, IMM_MATCH_MASK,
                                 imm_of(r, KIND_CREDIT, 0), NULL, &imm);
         if (st == SHS_ERR_TIMEOUT)
@@ -426,16 +458,14 @@ static shs_status_t take_notifications(ring_t *r, bool *moved)
         r->credits++;
         *moved = true;
     }
-    if (r->sent == r->send_total && r->send_total > 0 && !r->fin) {
-        st = shs_poll_imm_match(coll->ctx, r->right, IMM_MATCH_MASK, imm_of(r, KIND_FIN, 0),
-                                NULL, &imm);
+    if (r->sent == r->send_total && r->send_total > 0 && !r->flushed) {
+        /* the caller gets its buffer back once our writes have completed */
+        st = shs_flush_test(coll->ctx, r->right);
         if (st == SHS_OK) {
-            if ((imm & IMM_SEQ_MASK) != (r->pair_seq & IMM_SEQ_MASK))
-                return protocol_error(r, r->right, "an end notice", imm, r->pair_seq);
-            r->fin = true;
+            r->flushed = true;
             *moved = true;
         } else if (st != SHS_ERR_TIMEOUT) {
-            return ring_fail(r, st, r->right, "waiting for the end notice of");
+            return ring_fail(r, st, r->right, "completing the writes to");
         }
     }
     while (r->arrived < r->recv_total) {
@@ -445,9 +475,9 @@ static shs_status_t take_notifications(ring_t *r, bool *moved)
             break;
         if (st != SHS_OK)
             return ring_fail(r, st, r->left, "waiting for data from");
-        /* item done + k, k < slots; out of order only across QPs */
+        /* item done + k, k <= slots; out of order only across QPs */
         uint32_t k = (imm - (uint32_t)r->done) & IMM_SEQ_MASK;
-        if (k >= (uint32_t)coll->slots || r->done + k >= r->recv_total ||
+        if (k >= (uint32_t)coll->slots + r->recv_eager || r->done + k >= r->recv_total ||
             (r->ready >> k) & 1u)
             return protocol_error(r, r->left, "a chunk", imm, r->done);
         r->ready |= (uint64_t)1 << k;
@@ -461,22 +491,25 @@ static shs_status_t take_notifications(ring_t *r, bool *moved)
 static shs_status_t post_sends(ring_t *r, bool *moved)
 {
     shs_coll_t *coll = r->coll;
-    while (r->sent < r->send_total && r->credits > 0) {
+    while (r->sent < r->send_total) {
+        bool eager = r->sent < r->send_eager;
+        if (!eager && r->credits == 0)
+            break;
         if (r->su >= 1 && r->dep_base + r->sc >= r->done)
             break; /* its receive item is not reduced yet */
         int j = send_seg(r, r->su);
         size_t off, len;
         chunk_range(r, j, r->sc, &off, &len);
-        size_t slot = (size_t)(r->sent % (uint64_t)coll->slots);
         bool last = r->sent + 1 == r->send_total;
         shs_status_t st = shs_write_imm(coll->ctx, r->right, r->reg, r->reg_off + off * r->es,
-                                        coll->inbox, slot * coll->slot_bytes, len * r->es,
-                                        imm_of(r, KIND_DATA, r->sent),
+                                        coll->inbox, slot_of(coll, coll->rank, r->sent, r->send_eager),
+                                        len * r->es, imm_of(r, KIND_DATA, r->sent),
                                         last ? SHS_OP_SIGNAL : 0);
         if (st != SHS_OK)
             return ring_fail(r, st, r->right, "writing to");
         r->sent++;
-        r->credits--;
+        if (!eager)
+            r->credits--;
         coll->stats.bytes_sent += len * r->es;
         coll->stats.chunks_sent++;
         r->sc++;
@@ -512,9 +545,8 @@ static void reduce_chunk(const ring_t *r, void *dst, const void *src, size_t len
  * i.e. after the right neighbour received (and acted on) the earlier send.
  * Once the responder has the data, the requester reads its buffer again
  * only to retransmit, and the responder discards duplicate WRITE payloads
- * (InfiniBand C9-105). For the same reason a call returns, and the caller
- * gets its buffer back, once the right neighbour's end notice says it has
- * consumed every chunk we sent. */
+ * (InfiniBand C9-105). A call returns, and the caller gets its buffer back,
+ * once the device reports our writes complete (shs_flush_test). */
 static shs_status_t process_one(ring_t *r)
 {
     shs_coll_t *coll = r->coll;
@@ -522,7 +554,7 @@ static shs_status_t process_one(ring_t *r)
     size_t off, len;
     chunk_range(r, j, r->rc, &off, &len);
     const char *slot = (const char *)shs_region_addr(coll->inbox) +
-                       (size_t)(r->done % (uint64_t)coll->slots) * coll->slot_bytes;
+                       slot_of(coll, r->left, r->done, r->recv_eager);
     char *dst = r->base + off * r->es;
     if (r->ru < r->n - 1)
         reduce_chunk(r, dst, slot, len, r->ru == r->n - 2);
@@ -532,10 +564,9 @@ static shs_status_t process_one(ring_t *r)
     r->ready >>= 1;
     r->rc++;
     recv_cursor_settle(r);
-    if (item + (uint64_t)coll->slots < r->recv_total)
-        return notify_left(r, KIND_CREDIT, item);
-    if (r->done == r->recv_total)
-        return notify_left(r, KIND_FIN, coll->grants_given[r->left] - 1);
+    /* a shared slot the left neighbour will need again comes back as a credit */
+    if (item >= r->recv_eager && item + (uint64_t)coll->slots < r->recv_total)
+        return notify_left(r, KIND_CREDIT, item - r->recv_eager);
     return SHS_OK;
 }
 
@@ -578,11 +609,32 @@ static shs_status_t ring_run(ring_t *r)
     if (r->send_total == 0 && r->recv_total == 0)
         return SHS_OK;
     coll->stats.calls++;
-
-    /* The grant opens this call's traffic: the inbox is ours to hand out
-     * now, since all data of our previous call has been consumed. */
+    /* The first chunk of a call may go to the receiver's eager slot for
+     * this sender without waiting for a grant, when it is a chunk of the
+     * sender's own segment (step 0) and small enough. Nobody else writes
+     * that slot, and the sender's previous use of it is over: the
+     * receiver reduced that chunk into a segment whose final value the
+     * sender had to receive before its previous call could end. (A first
+     * chunk from a later step, when count < n leaves segments empty, is
+     * not in that chain, so it waits for the grant.) Both sides derive the
+     * choice from the same chunk. */
+    if (r->send_total > 0) {
+        size_t off, len;
+        chunk_range(r, send_seg(r, r->su), r->sc, &off, &len);
+        r->send_eager = r->su == 0 && len * r->es <= coll->eager_bytes;
+        r->seq_to = coll->calls_to[r->right]++;
+    }
     if (r->recv_total > 0) {
-        st = notify_left(r, KIND_GRANT, coll->grants_given[r->left]++);
+        size_t off, len;
+        chunk_range(r, recv_seg(r, r->ru), r->rc, &off, &len);
+        r->recv_eager = r->ru == 0 && len * r->es <= coll->eager_bytes;
+        r->seq_from = coll->calls_from[r->left]++;
+    }
+
+    /* The grant hands the shared slots to the left neighbour: they are ours
+     * to give, since all data of our previous call has been consumed. */
+    if (r->recv_total > r->recv_eager) {
+        st = notify_left(r, KIND_GRANT, r->seq_from);
         if (st != SHS_OK)
             return st;
     }
@@ -592,7 +644,7 @@ static shs_status_t ring_run(ring_t *r)
     int empty = 0;
     long nap_ns = 1000;
     while (r->done < r->recv_total || r->sent < r->send_total ||
-           (r->send_total > 0 && !r->fin)) {
+           (r->send_total > 0 && !r->flushed)) {
         bool moved = false;
         st = take_notifications(r, &moved);
         if (st == SHS_OK)
@@ -616,15 +668,11 @@ static shs_status_t ring_run(ring_t *r)
         if (now - last_progress > limit_ns) {
             bool want_data = r->done < r->recv_total;
             return ring_fail(r, SHS_ERR_TIMEOUT, want_data ? r->left : r->right,
-                             want_data ? "no data from" : "no grant, credit or end notice from");
+                             want_data ? "no data from" : "no grant, credit or completion from");
         }
         if (++empty > coll->spin)
             idle_wait(coll, &nap_ns);
     }
-    /* No flush: the end notice says the right neighbour has every chunk,
-     * so the device is done reading our buffer (see process_one), and the
-     * wait for it sleeps like the others instead of spinning in the
-     * transport. Send completions are reaped by later polls. */
     return SHS_OK;
 }
 

@@ -192,7 +192,7 @@ static const knob_t knobs[] = {
     /* 4: two chunks in flight while two are reduced keeps the link and the
      * reduction busy; 2 * slots notifications per peer stay far below
      * SHS_RQ_DEPTH. */
-    KNOB_INT("SHS_COLL_SLOTS", coll_slots, "4", 1, 64,
+    KNOB_INT("SHS_COLL_SLOTS", coll_slots, "4", 1, 63,
              "collectives: inbox slots (credits) a receiver grants its left neighbour"),
     /* 16 MiB: one pass for the buffers the benchmarks use; larger buffers
      * take several passes of the ring, smaller ones cost nothing extra. */
@@ -213,6 +213,12 @@ static const knob_t knobs[] = {
      * 50 us give them the CPU and add at most that to a wait. 0: yield. */
     KNOB_INT("SHS_COLL_SLEEP_US", coll_sleep_us, "50", 0, 1000000,
              "collectives: longest sleep between polls of a waiting rank (us); 0 = sched_yield"),
+    /* 32 KiB: the first chunk of a small reduction skips the wait for the
+     * grant (one message latency, the most a latency-bound call among few
+     * ranks can save); covers the chunks of a 64 KiB pair exchange, and
+     * costs 32 KiB per rank of the job in each inbox. */
+    KNOB_SIZE("SHS_COLL_EAGER", coll_eager, "32k", 0, 1ll << 30,
+              "collectives: per-sender inbox slot for a call's first chunk up to this size (k/m/g; 0 = none)"),
 };
 
 #define KNOB_COUNT (sizeof(knobs) / sizeof(knobs[0]))

@@ -73,6 +73,7 @@ typedef struct shs__config {
     int coll_channel;          /* SHS_COLL_CHANNEL top 8 bits of the immediates */
     int coll_spin;             /* SHS_COLL_SPIN empty polls before sleeping */
     int coll_sleep_us;         /* SHS_COLL_SLEEP_US longest sleep of a waiting rank (0: yield) */
+    size_t coll_eager;         /* SHS_COLL_EAGER bytes of a per-sender first-chunk slot */
 } shs__config_t;
 
 /* Fill *cfg with defaults, then the environment (and launcher variables).

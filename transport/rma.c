@@ -434,6 +434,34 @@ shs_status_t shs_flush(shs_ctx_t *ctx, int peer, int timeout_ms)
     return status;
 }
 
+shs_status_t shs_flush_test(shs_ctx_t *ctx, int peer)
+{
+    if (ctx == NULL || peer < SHS_PEER_ALL || peer >= ctx->size || peer == ctx->rank)
+        return SHS_ERR_INVALID_ARG;
+    int lo = peer == SHS_PEER_ALL ? 0 : peer;
+    int hi = peer == SHS_PEER_ALL ? ctx->size - 1 : peer;
+    /* the fence is posted once: afterwards the last request is signaled */
+    for (int r = lo; r <= hi; r++)
+        if (r != ctx->rank && !shs__peer_is_failed(&ctx->peers[r]))
+            (void)flush_peer_post(ctx, &ctx->peers[r]); /* a failure shows below */
+    if (shs__poll(ctx) < 0)
+        return SHS_ERR_DEVICE;
+    shs_status_t status = SHS_OK;
+    for (int r = lo; r <= hi; r++) {
+        shs__peer_t *p = &ctx->peers[r];
+        if (r == ctx->rank)
+            continue;
+        if (shs__peer_is_failed(p)) {
+            shs_status_t st = peer_failed_status(p, true);
+            if (status == SHS_OK || status == SHS_ERR_TIMEOUT)
+                status = st;
+        } else if (!peer_drained(ctx, p) && status == SHS_OK) {
+            status = SHS_ERR_TIMEOUT;
+        }
+    }
+    return status;
+}
+
 shs_status_t shs_progress(shs_ctx_t *ctx)
 {
     if (ctx == NULL)

@@ -15,9 +15,13 @@
  * peer is never overrun and never has more than `slots` notifications
  * outstanding per peer (the transport's SHS_RQ_DEPTH bound). Each call
  * starts with a grant from receiver to sender, which is what makes groups
- * that change from call to call safe (a rank's inbox is written only by its
- * current left neighbour, and only once that rank has finished with its
- * previous call). The segment a rank reduces last is scaled there for
+ * that change from call to call safe (a rank's shared slots are written only
+ * by its current left neighbour, and only once that rank has finished with
+ * its previous call); a call returns once the device has completed the
+ * rank's writes, and the caller has its buffer back. A small first chunk
+ * does not wait for the grant: it goes to an eager slot that the receiver
+ * keeps for each sender (eager_bytes), which saves one message latency per
+ * call, the most a small (latency-bound) reduction among few ranks can save. The segment a rank reduces last is scaled there for
  * SHS_REDUCE_AVG, and the allgather copies results, so every member ends
  * with bit-identical values.
  *
@@ -89,25 +93,30 @@ enum {
     SHS_COLL_PARAM_SLOTS = 1u << 1,
     SHS_COLL_PARAM_STAGE_BYTES = 1u << 2,
     SHS_COLL_PARAM_CHANNEL = 1u << 3,
-    SHS_COLL_PARAM_TIMEOUT = 1u << 4
+    SHS_COLL_PARAM_TIMEOUT = 1u << 4,
+    SHS_COLL_PARAM_EAGER_BYTES = 1u << 5
 };
 
 typedef struct shs_coll_params {
     uint64_t field_mask;  /* SHS_COLL_PARAM_* bits of the fields below that are set */
     size_t slot_bytes;    /* bytes per inbox slot = per pipelined chunk, a multiple
                              of 8 (SHS_COLL_CHUNK) */
-    int slots;            /* inbox slots = credits of the left neighbour, 1..64, with
-                             2 * slots + 4 <= SHS_RQ_DEPTH (SHS_COLL_SLOTS) */
+    int slots;            /* inbox slots = credits of the left neighbour, 1..63, with
+                             2 * slots + 6 <= SHS_RQ_DEPTH (SHS_COLL_SLOTS) */
     size_t stage_bytes;   /* registered staging area of shs_allreduce(), the
                              largest buffer reduced in one pass; 0: none, only
                              shs_allreduce_region() (SHS_COLL_STAGE) */
     int channel;          /* 0..255, top 8 bits of the immediates (SHS_COLL_CHANNEL) */
     int timeout_ms;       /* bound on a wait without progress (SHS_OP_TIMEOUT_MS) */
+    size_t eager_bytes;   /* per-sender inbox slot for the first chunk of a call when
+                             it is this small or smaller, a multiple of 8 (capped at
+                             slot_bytes); 0: none (SHS_COLL_EAGER) */
 } shs_coll_params_t;
 
 /*
  * shs_coll_create - set up collectives on ctx: register this rank's inbox
- * (slots * slot_bytes) and staging area (stage_bytes) with the other ranks.
+ * (slots * slot_bytes + (ranks of ctx) * eager_bytes) and staging area
+ * (stage_bytes) with the other ranks.
  * Collective over ALL ranks of ctx (every rank calls it, in the same order
  * relative to other collective calls on ctx, with the same parameters).
  * params may be NULL (everything from the knobs). *coll_p is owned by the

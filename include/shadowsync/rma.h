@@ -118,6 +118,18 @@ SHS_API shs_status_t shs_write_imm(shs_ctx_t *ctx, int peer, shs_region_t *local
 SHS_API shs_status_t shs_flush(shs_ctx_t *ctx, int peer, int timeout_ms);
 
 /*
+ * shs_flush_test - shs_flush without waiting: SHS_OK when every operation
+ * posted to peer (or SHS_PEER_ALL) so far has completed, SHS_ERR_TIMEOUT
+ * while some are still outstanding (not a failure: nothing is marked, and
+ * there is no deadline; the caller bounds its own wait). Polls the
+ * completion queue once, and posts the signaled zero-byte fence a flush
+ * would when the last request is unsignaled, so that repeated calls see
+ * completion. Lets a caller wait for its writes with its own idle policy
+ * (the collectives sleep between polls). Other status: as shs_flush.
+ */
+SHS_API shs_status_t shs_flush_test(shs_ctx_t *ctx, int peer);
+
+/*
  * shs_progress - poll the completion queue once without blocking and
  * process what is there (marks failures, frees send-queue room, queues
  * received immediates). Optional: every waiting call progresses by itself.

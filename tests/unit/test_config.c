@@ -98,6 +98,7 @@ static const char *const every_knob[] = {
     "SHS_COLL_CHANNEL", "7",
     "SHS_COLL_SPIN", "1000",
     "SHS_COLL_SLEEP_US", "0",
+    "SHS_COLL_EAGER", "0",
     NULL,
 };
 
@@ -142,6 +143,7 @@ START_TEST(test_every_knob_parses)
     ck_assert_int_eq(c.coll_channel, 7);
     ck_assert_int_eq(c.coll_spin, 1000);
     ck_assert_int_eq(c.coll_sleep_us, 0);
+    ck_assert_uint_eq(c.coll_eager, 0);
 }
 END_TEST
 
