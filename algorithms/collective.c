@@ -278,6 +278,7 @@ shs_status_t shs_coll_get_stats(const shs_coll_t *coll, shs_coll_stats_t *stats_
  * Send item (u, c), u >= 1, forwards what receive item (u - 1, c) produced. */
 typedef struct ring {
     shs_coll_t *coll;
+    const shs_group_t *group; /* NULL: every rank */
     int n, me, left, right;
     shs_region_t *reg;
     size_t reg_off;          /* byte offset of element 0 in reg */
@@ -662,6 +663,16 @@ static shs_status_t ring_run(ring_t *r)
             continue;
         }
         coll->stats.idle_polls++;
+        /* a call over a group with a failed member can complete nowhere
+         * (every member needs its data): give up as soon as the transport
+         * has failed any member, not only a neighbour, instead of waiting
+         * for the timeout (a neighbour that gave up stops sending) */
+        if ((coll->stats.idle_polls & 63) == 0)
+            for (int k = 0; k < r->n; k++) {
+                int m = r->group == NULL ? k : r->group->ranks[k];
+                if (k != r->me && shs_ctx_peer_status(coll->ctx, m, NULL) != SHS_OK)
+                    return ring_fail(r, SHS_ERR_PEER_FAILED, m, "giving up: the group's member");
+            }
         uint64_t now = shs__now_ns();
         if (last_progress == 0)
             last_progress = now;
@@ -712,6 +723,7 @@ static void ring_init(ring_t *r, shs_coll_t *coll, const shs_group_t *group, int
 {
     memset(r, 0, sizeof(*r));
     r->coll = coll;
+    r->group = group;
     r->n = n;
     r->me = me;
     r->left = group == NULL ? mod(me - 1, n) : group->ranks[mod(me - 1, n)];

@@ -34,6 +34,12 @@
 #include "runtime/log.h"
 #include "runtime/memory.h"
 
+/* Failed ranks told to peers in the header: the first FAIL_WORDS * 64 ranks
+ * (a larger job still detects its failures directly, through the
+ * transport). */
+#define FAIL_WORDS 10
+#define FAIL_GOSSIP_RANKS (FAIL_WORDS * 64)
+
 /* The published header, at offset 0 of the pub region. Written only by the
  * owning rank's engine with plain aligned 8-byte stores; read by peers. */
 typedef struct pub_hdr {
@@ -41,7 +47,10 @@ typedef struct pub_hdr {
     uint64_t round[2]; /* round stamped in each slot (valid when seq is even, > 0) */
     uint64_t stopped;  /* nonzero: this rank's engine is stopped */
     uint64_t checkin;  /* ring path: (round << 1) | leaving, written once per round */
-    uint64_t pad[2];
+    uint64_t pulling;  /* nonzero: the ring path fell back to the pull path (sticky) */
+    uint64_t pad;
+    uint64_t failed[FAIL_WORDS]; /* ranks this rank counts as failed (bit p % 64 of word
+                                    p / 64), read by peers with the stamps: gossip */
 } pub_hdr_t;
 
 #define HDR_BYTES sizeof(pub_hdr_t)
@@ -115,11 +124,27 @@ struct shs_shadow {
     uint64_t *seen_seq;       /* seq of the slot read in this round */
     uint8_t *state;           /* PEER_* in this round */
     bool *warned;             /* a wait timeout was logged for this peer */
+    bool *dead;               /* this engine leaves the peer out for good: it failed, or
+                                 it ended after stopping (sticky) */
+    bool *stopped_seen;       /* the peer's header said "stopped" when last read */
+    int *alive;               /* scratch: the living ranks, ascending */
     _Atomic uint64_t *last_read_ns;
 
     _Atomic uint64_t round;
     int round_peers; /* peers the current round synced with */
     bool poisoned;
+
+    /* failures: the view is the set of ranks left out (dead) */
+    int ndead;
+    int nfailed;             /* of which failed (not merely ended after stopping) */
+    bool self_warned;        /* a peer counts this rank as failed: logged */
+    bool ring_off;           /* ring path: fell back to pull for good */
+    bool reround;            /* the view or path changed during the round: rerun it */
+    bool pull_set;           /* ring path: pull_from is set */
+    uint64_t pull_from;      /* first round on the pull path (ring fallback) */
+    shs_group_t hist[2];     /* the group of round hist_round[r & 1] */
+    uint64_t hist_round[2];
+    bool hist_valid[2];
 
     /* thread */
     pthread_t thread;
@@ -130,7 +155,9 @@ struct shs_shadow {
 
     /* stats */
     _Atomic uint64_t st_rounds, st_idle, st_bytes_read, st_bytes_written, st_round_ns_sum,
-        st_round_ns_last, st_round_ns_max, st_wait_ns_sum, st_torn, st_skipped, st_errors;
+        st_round_ns_last, st_round_ns_max, st_wait_ns_sum, st_torn, st_skipped, st_errors,
+        st_rounds_after_fail, st_first_fail_ns;
+    atomic_int st_failed;
     atomic_int st_last_error;
     _Atomic uint64_t run_ns_total, run_start_ns, first_round_ns;
 };
@@ -209,6 +236,137 @@ static void backoff(const shs_shadow_t *sh, int *step)
     nanosleep(&ts, NULL);
 }
 
+/* ------------------------------------------------------------ failures */
+
+/*
+ * The view. A peer is counted as failed when the transport failed it (an
+ * error completion, a wait past SHS_OP_TIMEOUT_MS, an async or rdma_cm
+ * event: shs_ctx_peer_status), or when a living peer's published header says
+ * so (gossip: every header read carries the sender's failed set, so a
+ * failure seen by one rank reaches every rank that syncs with it, directly
+ * or through others, within a few rounds). Failure is sticky: a rank once
+ * counted as failed is never read again by this engine. Groups are formed
+ * over the living ranks (view_group), with the same rule on every rank, so
+ * survivors with the same view form the same groups.
+ */
+static void mark_dead(shs_shadow_t *sh, int p, int via)
+{
+    if (p == sh->rank || p < 0 || p >= sh->size || sh->dead[p])
+        return;
+    __atomic_store_n(&sh->dead[p], true, __ATOMIC_RELAXED); /* stats read it */
+    sh->ndead++;
+    const char *reason = NULL;
+    if (via < 0 && sh->stopped_seen[p]) {
+        /* it stopped its engine, then went away (its job ended): left
+         * out like a failed peer, but not counted or told as one */
+        SHS_INFO("shadow: peer %d stopped and then went away (%s); left out from now on", p,
+                 shs_ctx_peer_status(sh->ctx, p, &reason) != SHS_OK && reason != NULL
+                     ? reason : "no answer");
+        return;
+    }
+    sh->nfailed++;
+    if (p < FAIL_GOSSIP_RANKS)
+        __atomic_fetch_or(&sh->hdr->failed[p / 64], 1ull << (p % 64), __ATOMIC_RELEASE);
+    uint64_t expect = 0;
+    atomic_compare_exchange_strong(&sh->st_first_fail_ns, &expect, shs__now_ns());
+    atomic_store_explicit(&sh->st_failed, sh->nfailed, RELAXED);
+    uint64_t r = atomic_load_explicit(&sh->round, RELAXED);
+    if (via >= 0)
+        SHS_WARN("shadow: peer %d failed (reported by peer %d); syncing on without it from "
+                 "round %llu, groups re-formed over the %d living ranks",
+                 p, via, (unsigned long long)r, sh->size - sh->ndead);
+    else
+        SHS_WARN("shadow: peer %d failed (%s); syncing on without it from round %llu, groups "
+                 "re-formed over the %d living ranks",
+                 p, shs_ctx_peer_status(sh->ctx, p, &reason) != SHS_OK && reason != NULL
+                        ? reason : "no answer",
+                 (unsigned long long)r, sh->size - sh->ndead);
+}
+
+/* Peers the transport has failed since the last look. */
+static void check_failures(shs_shadow_t *sh)
+{
+    for (int p = 0; p < sh->size; p++)
+        if (p != sh->rank && !sh->dead[p] && shs_ctx_peer_status(sh->ctx, p, NULL) != SHS_OK)
+            mark_dead(sh, p, -1);
+}
+
+/* Take in the failed set (and the ring fallback) of living peer `from`'s
+ * header as read. */
+static void learn_view(shs_shadow_t *sh, int from, const pub_hdr_t *h)
+{
+    if (sh->dead[from])
+        return;
+    for (int w = 0; w < FAIL_WORDS && w * 64 < sh->size; w++) {
+        uint64_t bits = h->failed[w];
+        while (bits != 0) {
+            int b = __builtin_ctzll(bits);
+            bits &= bits - 1;
+            int p = w * 64 + b;
+            if (p == sh->rank) {
+                if (!sh->self_warned)
+                    SHS_WARN("shadow: peer %d counts this rank as failed (the link between "
+                             "them broke?); it will not read this rank again", from);
+                sh->self_warned = true;
+            } else if (p < sh->size && !sh->dead[p]) {
+                mark_dead(sh, p, from);
+                sh->reround = true;
+            }
+        }
+    }
+    if (h->pulling != 0 && sh->path == SHS_SHADOW_PATH_RING && !sh->ring_off) {
+        SHS_WARN("shadow: peer %d left the ring path after a failure; this rank follows it "
+                 "onto the pull path", from);
+        sh->ring_off = true;
+        sh->reround = true;
+    }
+}
+
+/* The data path of the next round: the ring path's collective cannot be
+ * used again after a failure (an abandoned allreduce may still have writes
+ * in flight), so after any failure the engine goes on with the pull path,
+ * which needs no collective. */
+static shs_shadow_path_t eff_path(const shs_shadow_t *sh)
+{
+    if (sh->path == SHS_SHADOW_PATH_RING && (sh->ring_off || sh->nfailed > 0))
+        return SHS_SHADOW_PATH_PULL;
+    return sh->path;
+}
+
+/* This rank's group in round r: the schedule over the living ranks (their
+ * positions in ascending rank order; a hypercube over a count that is not a
+ * power of g becomes the general schedule with the same g). Without failures
+ * it is the schedule itself. */
+static shs_status_t view_group(shs_shadow_t *sh, uint64_t r, shs_group_t *grp)
+{
+    if (sh->ndead == 0)
+        return shs_schedule_group(&sh->sched, sh->size, sh->rank, r, grp);
+    int m = 0, me = 0;
+    for (int p = 0; p < sh->size; p++) {
+        if (sh->dead[p])
+            continue;
+        if (p == sh->rank)
+            me = m;
+        sh->alive[m++] = p;
+    }
+    shs_schedule_t s = sh->sched;
+    if (s.kind == SHS_SCHED_HYPERCUBE) {
+        int q = 1;
+        while (q < m && s.group_size > 1)
+            q *= s.group_size;
+        if (q != m)
+            s.kind = SHS_SCHED_GENERAL;
+    }
+    shs_group_t g;
+    shs_status_t st = shs_schedule_group(&s, m, me, r, &g);
+    if (st != SHS_OK)
+        return st;
+    for (int k = 0; k < g.size; k++)
+        g.ranks[k] = sh->alive[g.ranks[k]];
+    *grp = g;
+    return SHS_OK;
+}
+
 /* ------------------------------------------------------------ publishing */
 
 /* Publish the live model as round r's snapshot in slot r mod 2 (seqlock
@@ -279,6 +437,8 @@ static shs_status_t wait_headers(shs_shadow_t *sh, const shs_group_t *grp, want_
             }
             stat_add(&sh->st_bytes_read, HDR_BYTES);
             const pub_hdr_t *h = hdr_readback(sh, k, 0);
+            learn_view(sh, p, h);
+            sh->stopped_seen[p] = h->stopped != 0;
             uint64_t pub1 = published_plus1(h);
             if (pub1 > sh->published_seen[p])
                 sh->published_seen[p] = pub1;
@@ -290,6 +450,14 @@ static shs_status_t wait_headers(shs_shadow_t *sh, const shs_group_t *grp, want_
                 sh->seen_seq[p] = h->seq[s];
                 pending--;
             } else if (h->stopped != 0) {
+                sh->state[p] = PEER_SKIP;
+                stat_add(&sh->st_skipped, 1);
+                pending--;
+            } else if (want == WANT_SLOT_ROUND && (h->seq[s] & 1) == 0 && h->round[s] > r &&
+                       h->seq[s] != 0 && (sh->ndead > 0 || sh->pull_set)) {
+                /* after a failure the ranks' views (and so their groups)
+                 * may differ for a few rounds: the peer ran ahead under
+                 * its own view; it is skipped this round, not an error */
                 sh->state[p] = PEER_SKIP;
                 stat_add(&sh->st_skipped, 1);
                 pending--;
@@ -337,8 +505,10 @@ static shs_status_t wait_headers(shs_shadow_t *sh, const shs_group_t *grp, want_
 /* Mark every member of grp but this rank PEER_PENDING (self: PEER_OK). */
 static void reset_states(shs_shadow_t *sh, const shs_group_t *grp)
 {
-    for (int k = 0; k < grp->size; k++)
-        sh->state[grp->ranks[k]] = grp->ranks[k] == sh->rank ? PEER_OK : PEER_PENDING;
+    for (int k = 0; k < grp->size; k++) {
+        int p = grp->ranks[k];
+        sh->state[p] = p == sh->rank ? PEER_OK : sh->dead[p] ? PEER_SKIP : PEER_PENDING;
+    }
 }
 
 /* Before slot r mod 2 is overwritten with round r: every member of the round
@@ -348,15 +518,22 @@ static void reset_states(shs_shadow_t *sh, const shs_group_t *grp)
 static shs_status_t guard_slot(shs_shadow_t *sh, uint64_t r)
 {
     shs_group_t old;
-    if (r < 2)
-        return SHS_OK;
-    shs_status_t st = shs_schedule_group(&sh->sched, sh->size, sh->rank, r - 2, &old);
-    if (st != SHS_OK)
-        return st;
+    if (r < 2 || r - 2 < sh->pull_from)
+        return SHS_OK; /* no snapshot of round r - 2 was published on this path */
+    /* the group this rank used in round r - 2 (its view may have changed) */
+    if (sh->hist_valid[r & 1] && sh->hist_round[r & 1] == r - 2) {
+        old = sh->hist[r & 1];
+    } else {
+        shs_status_t st = view_group(sh, r - 2, &old);
+        if (st != SHS_OK)
+            return st;
+    }
     bool any = false;
     for (int k = 0; k < old.size; k++) {
         int p = old.ranks[k];
-        if (p == sh->rank || sh->published_seen[p] >= r) {
+        if (sh->dead[p]) {
+            sh->state[p] = PEER_SKIP;
+        } else if (p == sh->rank || sh->published_seen[p] >= r) {
             sh->state[p] = PEER_OK;
         } else {
             sh->state[p] = PEER_PENDING;
@@ -497,6 +674,7 @@ static bool verify_stamps(shs_shadow_t *sh, const shs_group_t *grp, uint64_t r,
         }
         stat_add(&sh->st_bytes_read, HDR_BYTES);
         const pub_hdr_t *h = hdr_readback(sh, k, 1);
+        learn_view(sh, p, h);
         if (h->seq[s] != sh->seen_seq[p] || h->round[s] != r) {
             stat_add(&sh->st_torn, 1);
             sh->state[p] = PEER_PENDING;
@@ -585,7 +763,8 @@ static shs_status_t round_live(shs_shadow_t *sh, const shs_group_t *grp)
         return SHS_OK;
     for (int k = 0; k < grp->size; k++) {
         int p = grp->ranks[k];
-        sh->state[p] = p == sh->rank || shs_ctx_peer_status(sh->ctx, p, NULL) == SHS_OK
+        sh->state[p] = p == sh->rank || (!sh->dead[p] &&
+                                         shs_ctx_peer_status(sh->ctx, p, NULL) == SHS_OK)
                            ? PEER_OK
                            : PEER_SKIP;
     }
@@ -638,6 +817,10 @@ static shs_status_t ring_checkin(shs_shadow_t *sh, uint64_t r, const shs_group_t
                 continue;
             }
             stat_add(&sh->st_bytes_read, HDR_BYTES);
+            learn_view(sh, p, hdr_readback(sh, k, 0));
+            sh->stopped_seen[p] = (hdr_readback(sh, k, 0)->checkin & 1u) != 0;
+            if (eff_path(sh) != SHS_SHADOW_PATH_RING)
+                return SHS_OK; /* reround is set: the round runs again on the pull path */
             uint64_t w = hdr_readback(sh, k, 0)->checkin;
             uint64_t wr = w >> 1;
             bool left = (w & 1u) != 0;
@@ -689,7 +872,7 @@ static shs_status_t round_ring(shs_shadow_t *sh, uint64_t r, const shs_group_t *
     if (grp->size == 1)
         return SHS_OK;
     shs_status_t err = ring_checkin(sh, r, grp, &ring);
-    if (err == SHS_ERR_CANCELED)
+    if (err == SHS_ERR_CANCELED || sh->reround)
         return err;
     float *snap = sh->slot[0];
     memcpy(snap, sh->w, sh->n * sizeof(float));
@@ -698,8 +881,17 @@ static shs_status_t round_ring(shs_shadow_t *sh, uint64_t r, const shs_group_t *
     memcpy(sh->acc, snap, sh->n * sizeof(float));
     shs_status_t st = shs_allreduce_region(sh->coll, &ring, sh->acc_reg, 0, sh->n,
                                            SHS_DTYPE_FLOAT32, SHS_REDUCE_AVG);
-    if (st != SHS_OK)
-        return first_error(err, st);
+    if (st != SHS_OK) {
+        /* the collective is poisoned: later rounds pull (and say so in the
+         * header, so the group's other members follow); a protocol error
+         * here is the members' disagreement on the ring after a failure,
+         * not a reason to stop the engine */
+        SHS_WARN("shadow round %llu: the ring allreduce failed (%s); this rank goes on with "
+                 "the pull path", (unsigned long long)r, shs_status_string(st));
+        sh->ring_off = true;
+        __atomic_store_n(&sh->hdr->pulling, 1, __ATOMIC_RELEASE);
+        return first_error(err, st == SHS_ERR_PROTOCOL ? SHS_ERR_PEER_FAILED : st);
+    }
     for (int k = 0; k < ring.size; k++)
         if (ring.ranks[k] != sh->rank)
             stat_add(&sh->st_bytes_read, 2 * sh->n * sizeof(float) / (size_t)ring.size);
@@ -818,7 +1010,9 @@ static shs_status_t round_easgd(shs_shadow_t *sh, const shs_group_t *grp)
         int o = grp->ranks[k];
         size_t off, len;
         shs__easgd_slice(sh->n, sh->size, o, &off, &len);
-        sh->state[o] = PEER_OK;
+        sh->state[o] = sh->dead[o] ? PEER_SKIP : PEER_OK;
+        if (sh->dead[o])
+            continue;
         if (o == sh->rank) {
             memcpy(sh->acc + off, sh->center, len * sizeof(float));
             continue;
@@ -905,34 +1099,63 @@ static shs_status_t run_round(shs_shadow_t *sh)
     uint64_t r = atomic_load_explicit(&sh->round, RELAXED);
     uint64_t t0 = shs__now_ns();
     shs_group_t grp;
-    shs_status_t st = shs_schedule_group(&sh->sched, sh->size, sh->rank, r, &grp);
-    if (st != SHS_OK)
-        return st;
+    shs_status_t st;
     if (sh->first_round_ns == 0)
         atomic_store_explicit(&sh->first_round_ns, t0, RELAXED);
-    sh->round_peers = 0;
-
-    if (sh->algo == SHS_SHADOW_EASGD)
-        st = round_easgd(sh, &grp);
-    else if (sh->path == SHS_SHADOW_PATH_LIVE)
-        st = round_live(sh, &grp);
-    else if (sh->path == SHS_SHADOW_PATH_RING)
-        st = round_ring(sh, r, &grp);
-    else
-        st = round_pull(sh, r, &grp);
-    if (st == SHS_ERR_CANCELED)
-        return st;
+    int nfailed0 = sh->nfailed;
+    /* a round runs at most twice: again when it learned of a failure (or
+     * of the ring fallback) from a peer before it changed anything */
+    for (int attempt = 0;; attempt++) {
+        check_failures(sh);
+        st = view_group(sh, r, &grp);
+        if (st != SHS_OK)
+            return st;
+        sh->round_peers = 0;
+        sh->reround = false;
+        shs_shadow_path_t path = eff_path(sh);
+        if (path == SHS_SHADOW_PATH_PULL && sh->path == SHS_SHADOW_PATH_RING &&
+            !sh->pull_set) {
+            sh->pull_set = true;
+            sh->pull_from = r;
+            __atomic_store_n(&sh->hdr->pulling, 1, __ATOMIC_RELEASE);
+        }
+        if (sh->algo == SHS_SHADOW_EASGD)
+            st = round_easgd(sh, &grp);
+        else if (path == SHS_SHADOW_PATH_LIVE)
+            st = round_live(sh, &grp);
+        else if (path == SHS_SHADOW_PATH_RING)
+            st = round_ring(sh, r, &grp);
+        else
+            st = round_pull(sh, r, &grp);
+        if (st == SHS_ERR_CANCELED)
+            return st;
+        if (!(sh->reround && path == SHS_SHADOW_PATH_RING && eff_path(sh) != path) ||
+            attempt > 0)
+            break;
+    }
+    check_failures(sh);
+    sh->hist[r & 1] = grp;
+    sh->hist_round[r & 1] = r;
+    sh->hist_valid[r & 1] = true;
+    /* the round in which this rank saw a failure reports it (foreground
+     * callers see SHS_ERR_PEER_FAILED once); the round itself used the
+     * members it could read */
+    if (sh->nfailed > nfailed0 && st == SHS_OK)
+        st = SHS_ERR_PEER_FAILED;
 
     uint64_t dt = shs__now_ns() - t0;
     atomic_store_explicit(&sh->round, r + 1, RELAXED);
-    if (sh->round_peers == 0 && grp.size > 1) {
-        /* every peer of the group was stopped or skipped: not a sync */
+    if (sh->round_peers == 0 && (grp.size > 1 || sh->ndead > 0)) {
+        /* every peer of the group was stopped or skipped (or, after a
+         * failure, the re-formed group left this rank alone): not a sync */
         stat_add(&sh->st_idle, 1);
         if (st != SHS_OK)
             note_error(sh, st);
         return st;
     }
     stat_add(&sh->st_rounds, 1);
+    if (sh->nfailed > 0)
+        stat_add(&sh->st_rounds_after_fail, 1);
     stat_add(&sh->st_round_ns_sum, dt);
     atomic_store_explicit(&sh->st_round_ns_last, dt, RELAXED);
     if (dt > atomic_load_explicit(&sh->st_round_ns_max, RELAXED))
@@ -977,7 +1200,7 @@ static void *shadow_main(void *arg)
     pin_self(sh);
     for (;;) {
         if (stop_requested(sh)) {
-            if (sh->path != SHS_SHADOW_PATH_RING || sh->leaving)
+            if (eff_path(sh) != SHS_SHADOW_PATH_RING || sh->leaving)
                 break;
             /* ring: one more check-in, with the leaving bit, so that the
              * group's members leave this rank out instead of waiting */
@@ -986,7 +1209,7 @@ static void *shadow_main(void *arg)
         uint64_t t0 = shs__now_ns();
         shs_status_t st = run_round(sh);
         if (st == SHS_ERR_CANCELED) {
-            if (sh->path == SHS_SHADOW_PATH_RING && !sh->leaving)
+            if (eff_path(sh) == SHS_SHADOW_PATH_RING && !sh->leaving)
                 continue;
             break;
         }
@@ -1026,6 +1249,8 @@ shs_status_t shs_shadow_start(shs_shadow_t *sh)
         return SHS_ERR_BAD_STATE;
     if (sh->leaving)
         return SHS_ERR_BAD_STATE; /* the ring's members count this rank as gone */
+    if (shs_region_check(sh->model) != SHS_OK)
+        return SHS_ERR_BAD_STATE; /* the model was freed while registered (logged) */
     atomic_store(&sh->stop_req, false);
     __atomic_store_n(&sh->hdr->stopped, 0, __ATOMIC_RELEASE);
     atomic_store(&sh->run_start_ns, shs__now_ns());
@@ -1098,8 +1323,13 @@ shs_status_t shs_shadow_stats(const shs_shadow_t *csh, shs_shadow_stats_t *out)
     s.peers_skipped = atomic_load_explicit(&sh->st_skipped, RELAXED);
     s.errors = atomic_load_explicit(&sh->st_errors, RELAXED);
     s.last_error = (shs_status_t)atomic_load_explicit(&sh->st_last_error, RELAXED);
+    s.failed_peers = atomic_load_explicit(&sh->st_failed, RELAXED);
+    s.rounds_after_failure = atomic_load_explicit(&sh->st_rounds_after_fail, RELAXED);
+    s.first_failure_ns = atomic_load_explicit(&sh->st_first_fail_ns, RELAXED);
     s.staleness_ms_max = -1.0;
     for (int p = 0; p < sh->size; p++) {
+        if (p != sh->rank && __atomic_load_n(&sh->dead[p], __ATOMIC_RELAXED))
+            continue; /* a failed peer's age grows without bound: not staleness */
         uint64_t t = atomic_load_explicit(&sh->last_read_ns[p], RELAXED);
         if (p == sh->rank || t == 0)
             continue;
@@ -1249,6 +1479,9 @@ static void free_arrays(shs_shadow_t *sh)
     free(sh->seen_seq);
     free(sh->state);
     free(sh->warned);
+    free(sh->dead);
+    free(sh->stopped_seen);
+    free(sh->alive);
     free((void *)sh->last_read_ns);
     free(sh->credits);
     free(sh->sent);
@@ -1286,11 +1519,14 @@ shs_status_t shs_shadow_create(shs_ctx_t *ctx, shs_region_t *model, size_t offse
     sh->seen_seq = calloc(np, sizeof(uint64_t));
     sh->state = calloc(np, 1);
     sh->warned = calloc(np, sizeof(bool));
+    sh->dead = calloc(np, sizeof(bool));
+    sh->stopped_seen = calloc(np, sizeof(bool));
+    sh->alive = calloc(np, sizeof(int));
     sh->last_read_ns = calloc(np, sizeof(uint64_t));
     sh->credits = calloc(np, sizeof(int));
     sh->sent = calloc(np, sizeof(unsigned));
     if (sh->published_seen == NULL || sh->seen_seq == NULL || sh->state == NULL ||
-        sh->warned == NULL || sh->last_read_ns == NULL || sh->credits == NULL ||
+        sh->warned == NULL || sh->dead == NULL || sh->stopped_seen == NULL || sh->alive == NULL || sh->last_read_ns == NULL || sh->credits == NULL ||
         sh->sent == NULL) {
         st = SHS_ERR_NO_MEMORY;
         goto err_free_arrays;
@@ -1404,10 +1640,19 @@ void shs_shadow_destroy(shs_shadow_t *sh)
     /* every rank stops reading and writing this rank's regions before any
      * of them is deregistered */
     (void)shs_flush(sh->ctx, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT);
-    shs_status_t st = shs_ctx_barrier(sh->ctx);
-    if (st != SHS_OK)
-        SHS_WARN("shadow: final barrier failed (%s); releasing the regions anyway",
-                 shs_status_string(st));
+    if (sh->ndead > 0) {
+        /* the barrier counts every rank: with a peer gone it could only
+         * fail, after SHS_BOOTSTRAP_TIMEOUT_MS when the peer's host went
+         * away silently. A survivor still reading this rank's snapshots
+         * gets an access error and counts this rank as failed: harmless
+         * at the end of a job. */
+        SHS_INFO("shadow: %d peer(s) failed or gone: the final barrier is skipped", sh->ndead);
+    } else {
+        shs_status_t st = shs_ctx_barrier(sh->ctx);
+        if (st != SHS_OK)
+            SHS_WARN("shadow: final barrier failed (%s); releasing the regions anyway",
+                     shs_status_string(st));
+    }
     if (sh->algo == SHS_SHADOW_EASGD) {
         (void)service_inbox(sh, false);
         shs_region_destroy(sh->dbuf_reg);

@@ -3,14 +3,17 @@
  * this guest), the way the demo trainer and the multi-rank guest tests
  * start them.
  *
- *   shs-launch -n N [--timeout S] [--need-rdma] [--env NAME=VALUE]... -- CMD [ARGS...]
+ *   shs-launch -n N [--timeout S] [--need-rdma] [--env NAME=VALUE]...
+ *              [--expect-kill R] -- CMD [ARGS...]
  *
  * Each rank is CMD run with SHS_RANK (0..N-1), SHS_SIZE = N, SHS_BOOTSTRAP =
  * 127.0.0.1:<a free port> and SHS_JOB_TOKEN = a token unique to this launch;
  * SHS_DEVICE is set from SHS_VM_DEV (the guest harness) when it is unset.
  * The ranks share stdout and stderr. The launcher waits for all of them,
  * at most S seconds (default 600): then, or as soon as one rank fails, the
- * others get SIGTERM and, 2 s later, SIGKILL.
+ * others get SIGTERM and, 2 s later, SIGKILL. With --expect-kill R (fault
+ * tests), rank R ending by SIGKILL is what the test wants: the others keep
+ * running, and rank R must end that way (any other end of it is a failure).
  *
  * Exit status: 0 when every rank exits 0; 77 when every rank exits 77 (no
  * RDMA device: CTest's "Not Run"), or with --need-rdma when
@@ -78,7 +81,7 @@ static int free_tcp_port(void)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: shs-launch -n N [--timeout S] [--need-rdma] [--env NAME=VALUE]... "
-               "-- CMD [ARGS...]\n");
+               "[--expect-kill R] -- CMD [ARGS...]\n");
 }
 
 static void signal_all(pid_t *pids, int n, int sig)
@@ -93,9 +96,11 @@ int main(int argc, char **argv)
     int n = 0;
     double timeout = 600;
     bool need_rdma = false;
+    int expect_kill = -1;
     static const struct option opts[] = {{"timeout", required_argument, NULL, 't'},
                                          {"need-rdma", no_argument, NULL, 'r'},
                                          {"env", required_argument, NULL, 'e'},
+                                         {"expect-kill", required_argument, NULL, 'k'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     int c;
@@ -104,6 +109,7 @@ int main(int argc, char **argv)
         case 'n': n = atoi(optarg); break;
         case 't': timeout = atof(optarg); break;
         case 'r': need_rdma = true; break;
+        case 'k': expect_kill = atoi(optarg); break;
         case 'e':
             if (strchr(optarg, '=') == NULL || putenv(optarg) != 0) {
                 fprintf(stderr, "shs-launch: bad --env %s\n", optarg);
@@ -114,7 +120,7 @@ int main(int argc, char **argv)
         default: usage(stderr); return RC_USAGE;
         }
     }
-    if (n < 1 || n > MAX_RANKS || optind >= argc || timeout <= 0) {
+    if (n < 1 || n > MAX_RANKS || optind >= argc || timeout <= 0 || expect_kill >= n) {
         usage(stderr);
         return RC_USAGE;
     }
@@ -188,6 +194,19 @@ int main(int argc, char **argv)
         pids[r] = -1;
         left--;
         int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (r == expect_kill && !termed) {
+            bool killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+            fprintf(stderr, "shs-launch: rank %d %s%s\n", r,
+                    killed ? "was killed by SIGKILL, as expected" : "ended otherwise: ",
+                    killed ? "" : code == RC_SKIP ? "skipped" : "failure");
+            if (killed)
+                continue;
+            if (code == RC_SKIP) {
+                skipped++;
+                continue;
+            }
+            code = code != 0 ? code : 1;
+        }
         if (code == RC_SKIP) {
             skipped++;
             continue;

@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "runtime/log.h"
 #include "runtime/memory.h"
@@ -206,12 +208,42 @@ shs_status_t shs_region_alloc(shs_ctx_t *ctx, size_t len, unsigned flags,
     return SHS_OK;
 }
 
+/* Whether every page of [addr, addr + len) is still mapped: mincore()
+ * fails with ENOMEM on a range with an unmapped page. */
+static bool range_mapped(const void *addr, size_t len)
+{
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)addr & ~(pg - 1), e = (uintptr_t)addr + len;
+    unsigned char vec[256];
+    for (uintptr_t p = a; p < e; p += 256 * pg) {
+        size_t l = e - p < 256 * pg ? (size_t)(e - p) : (size_t)(256 * pg);
+        if (mincore((void *)p, l, vec) != 0 && errno == ENOMEM)
+            return false;
+    }
+    return true;
+}
+
+shs_status_t shs_region_check(const shs_region_t *region)
+{
+    if (region == NULL)
+        return SHS_ERR_INVALID_ARG;
+    if (range_mapped(region->addr, region->len))
+        return SHS_OK;
+    SHS_ERROR("region %p (%zu bytes): its memory was unmapped while registered (freed before "
+              "shs_region_destroy?); the device still holds the old pages, so peers read stale "
+              "data and writes to it are lost: destroy the region first, then free the memory",
+              region->addr, region->len);
+    return SHS_ERR_BAD_STATE;
+}
+
 void shs_region_destroy(shs_region_t *region)
 {
     if (region == NULL)
         return;
     if (shs__ctx_forked(region->ctx, "shs_region_destroy"))
         return; /* the parent's registration: deregistering here would end it there */
+    if (!region->owned)
+        (void)shs_region_check(region); /* logs a region freed while registered */
     if (region->mr != NULL)
         shs__fork_regions_add(-1);
     if (region->mr != NULL && ibv_dereg_mr(region->mr) != 0)

@@ -77,6 +77,18 @@ SHS_API shs_status_t shs_region_alloc(shs_ctx_t *ctx, size_t len, unsigned flags
  */
 SHS_API void shs_region_destroy(shs_region_t *region);
 
+/*
+ * shs_region_check - whether the region's memory is still mapped. Memory
+ * freed (unmapped) while registered stays pinned by the device, so peers
+ * would read stale data and writes would be lost without any error: this
+ * names it. Costs one mincore() per 256 pages; the shadow engine calls it in
+ * shs_shadow_start, shs_region_destroy for caller memory. Memory returned to
+ * malloc's pool without being unmapped (small blocks) cannot be told from
+ * live memory. Status: SHS_OK; SHS_ERR_BAD_STATE (unmapped: the log says
+ * what to do); SHS_ERR_INVALID_ARG (NULL). Thread-safe.
+ */
+SHS_API shs_status_t shs_region_check(const shs_region_t *region);
+
 /* shs_region_addr / shs_region_len - this rank's copy of the region. */
 SHS_API void *shs_region_addr(const shs_region_t *region);
 SHS_API size_t shs_region_len(const shs_region_t *region);

@@ -73,6 +73,31 @@
  *                     the ranks' models at shs_shadow_create. Default alpha =
  *                     0.5/N. Only the pull data path applies.
  *
+ * Failures. A peer counts as failed for the engine when the transport failed
+ * it (an error completion such as retry-exceeded, a wait past
+ * SHS_OP_TIMEOUT_MS, an async or rdma_cm event; see rma.h) or when a living
+ * peer's published header says it failed: every header read (each round,
+ * with the stamps) carries the sender's failed set, so a failure seen by one
+ * survivor reaches all survivors that sync with it, directly or through
+ * others, within a few rounds. The engine logs each failed peer once (with
+ * the transport's reason, or the peer that reported it), never reads it
+ * again (failure is sticky), and forms the groups of later rounds over the
+ * living ranks: the schedule over their positions in ascending rank order
+ * (a hypercube over a count that is not a power of g becomes the general
+ * schedule with the same g), the same rule on every survivor, so survivors
+ * with the same view form the same groups. Until the views agree a peer may
+ * be a round ahead under its own grouping: it is skipped for that round, and
+ * the seqlock still keeps every read whole. The ring path cannot use its
+ * collective again after a failure, so it falls back to the pull path and
+ * says so in its header (its group's members follow). EASGD leaves the dead
+ * owner's center slice alone. A peer seen stopped (shs_shadow_stop) that
+ * then goes away (its job ended first) is left out the same way but not
+ * counted as failed (logged at info level). The round in which a rank first sees a
+ * failure returns SHS_ERR_PEER_FAILED (shs_shadow_sync) and is counted in
+ * `errors`; later rounds succeed over the living ranks. Stats show
+ * failed_peers and the rounds run since (rounds_after_failure). A restarted
+ * rank cannot rejoin (see README, "Failure handling").
+ *
  * Threads. The context is driven by one thread at a time (context.h): while
  * the shadow thread runs (between shs_shadow_start and shs_shadow_stop) it
  * owns the context, and the caller must not call anything else on that
@@ -185,6 +210,13 @@ typedef struct shs_shadow_stats {
     int running;              /* nonzero while the shadow thread runs */
     uint64_t idle_rounds;     /* rounds in which every peer of the group was stopped or
                                  skipped (not counted in rounds) */
+    int failed_peers;         /* peers this engine counts as failed (see "Failures");
+                                 a peer that stopped and then ended is not counted
+                                 unless this rank missed its "stopped" */
+    uint64_t rounds_after_failure; /* rounds (as in `rounds`) run while some peer was
+                                 counted as failed */
+    uint64_t first_failure_ns; /* CLOCK_MONOTONIC time at which the first failure was
+                                 seen, 0: none */
 } shs_shadow_stats_t;
 
 /*

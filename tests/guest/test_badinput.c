@@ -15,7 +15,12 @@
  *            limit, the size and how to raise it
  *   fork     fork() after registration: the child is warned, its calls on the
  *            parent's context are refused (SHS_ERR_BAD_STATE) without touching
- *            the parent's RDMA objects; the parent carries on
+ *            the parent's RDMA objects, the one-sided and completion calls
+ *            (shs_read, shs_write, shs_flush, shs_progress, shs_poll_imm)
+ *            included; the parent carries on
+ *   freed    caller memory unmapped while registered: shs_region_check and
+ *            shs_region_destroy name it (the device would otherwise serve
+ *            the old pinned pages without any error)
  *
  * Each case runs in a child process (one rank, oob) whose log the launcher
  * checks for the expected sentences. Exit status: 0 pass, 1 fail, 77 no RDMA
@@ -29,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -138,6 +144,14 @@ static void case_fork(void)
         shs_region_t *x = NULL;
         CHECK_EQ(shs_region_alloc(ctx, 4096, SHS_ACCESS_REMOTE_READ, &x), SHS_ERR_BAD_STATE);
         CHECK_EQ(shs_ctx_barrier(ctx), SHS_ERR_BAD_STATE);
+        /* completion polling and flushes: refused before any verb (the
+         * one-sided posts share check_op's fork check; a one-rank job has
+         * no peer to post to) */
+        CHECK_EQ(shs_progress(ctx), SHS_ERR_BAD_STATE);
+        CHECK_EQ(shs_flush(ctx, SHS_PEER_ALL, 100), SHS_ERR_BAD_STATE);
+        CHECK_EQ(shs_flush_test(ctx, SHS_PEER_ALL), SHS_ERR_BAD_STATE);
+        uint32_t imm;
+        CHECK_EQ(shs_poll_imm(ctx, SHS_PEER_ANY, NULL, &imm), SHS_ERR_BAD_STATE);
         shs_region_destroy(r); /* refused quietly: the parent's */
         shs_ctx_destroy(ctx);  /* likewise */
         fprintf(stderr, "child: refused as expected\n");
@@ -154,6 +168,24 @@ static void case_fork(void)
     CHECK_EQ(shs_ctx_barrier(ctx), SHS_OK);
     shs_region_destroy(r2);
     shs_region_destroy(r);
+    shs_ctx_destroy(ctx);
+}
+
+static void case_freed(void)
+{
+    shs_ctx_t *ctx = ctx_or_fail();
+    shs_region_t *r = NULL;
+    size_t len = 1u << 20;
+    void *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED)
+        fail("mmap: %s", strerror(errno));
+    CHECK_EQ(shs_region_register(ctx, mem, len, SHS_ACCESS_REMOTE_READ, &r), SHS_OK);
+    CHECK_EQ(shs_region_check(r), SHS_OK);
+    if (munmap(mem, len) != 0)
+        fail("munmap: %s", strerror(errno));
+    CHECK_EQ(shs_region_check(r), SHS_ERR_BAD_STATE);
+    shs_region_destroy(r); /* logs it again, and deregisters */
+    fprintf(stderr, "freed: refused as expected\n");
     shs_ctx_destroy(ctx);
 }
 
@@ -181,6 +213,9 @@ static const bad_case_t cases[] = {
     {"fork", {{NULL}}, case_fork,
      {"fork() with 1 RDMA region(s) registered", "RDMAV_FORK_SAFE=1",
       "this context was created before a fork()", "child: refused as expected"}},
+    {"freed", {{NULL}}, case_freed,
+     {"its memory was unmapped while registered", "destroy the region first",
+      "freed: refused as expected"}},
 };
 
 static bool have_rdma_device(void)
@@ -210,7 +245,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[argc - 1], cases[i].name) == 0)
             c = &cases[i];
     if (c == NULL) {
-        fprintf(stderr, "usage: %s device|gid|port|region|memlock|fork\n", argv[0]);
+        fprintf(stderr, "usage: %s device|gid|port|region|memlock|fork|freed\n", argv[0]);
         return RC_FAIL;
     }
     if (argc == 3 && strcmp(argv[1], "--child") == 0) {

@@ -29,6 +29,7 @@
 #include <getopt.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -69,6 +70,9 @@ typedef struct opts {
     const char *label;
     double sync_only_s;
     int worker_nice;
+    int kill_rank;   /* fault runs: this rank SIGKILLs itself ... */
+    double kill_at;  /* ... when this fraction of its pass is done */
+    const char *fault_cmd; /* ... or runs this shell command instead (and trains on) */
 } opts_t;
 
 typedef struct run {
@@ -90,6 +94,7 @@ typedef struct run {
     float *ckpt;
     uint64_t ckpt_seen[MAX_CKPT + 1];
     int nckpt;
+    int failed; /* peers failed during the run: skip the job-wide teardown steps */
 } run_t;
 
 typedef struct worker {
@@ -196,12 +201,16 @@ static void usage(FILE *f)
             "  --lr-end F        the rate decays linearly to F * X over the pass (default 0.1)\n"
             "  --fr-every K      FR modes: examples per worker between syncs (default 2000)\n"
             "  --interval-us U   S modes: least time between two rounds (default 0)\n"
-            "  --path pull|live  S/FR data path (default pull)\n"
+            "  --path pull|live|ring  S/FR data path (default pull)\n"
             "  --pin CPUS        shadow thread CPUs: auto|none|list (default none)\n"
             "  --checkpoints C   model copies evaluated for the curve (default 6)\n"
             "  --out DIR --label NAME   write DIR/NAME.rank<r>.json\n"
             "  --sync-only S     no training: run the shadow engine alone for S seconds\n"
-            "  --worker-nice N   nice value of the worker threads (default 0)\n");
+            "  --worker-nice N   nice value of the worker threads (default 0)\n"
+            "  --kill-rank R --kill-at F   fault run: rank R SIGKILLs itself when the\n"
+            "                    fraction F of its pass is done (survivors sync on)\n"
+            "  --fault-cmd CMD   with --kill-rank: run the shell command CMD instead of\n"
+            "                    SIGKILL (e.g. power the guest off, take its link down)\n");
 }
 
 static void parse(int argc, char **argv, opts_t *o)
@@ -222,6 +231,8 @@ static void parse(int argc, char **argv, opts_t *o)
      * shadow thread to the same "last" CPU would only crowd it */
     o->pin = "none";
     o->checkpoints = 6;
+    o->kill_rank = -1;
+    o->kill_at = 0.5;
     static const struct option lo[] = {
         {"mode", 1, NULL, 'm'},     {"ds", 1, NULL, 'g'},        {"workers", 1, NULL, 'w'},
         {"examples", 1, NULL, 'T'}, {"eval", 1, NULL, 'E'},      {"seed", 1, NULL, 's'},
@@ -231,6 +242,8 @@ static void parse(int argc, char **argv, opts_t *o)
         {"pin", 1, NULL, 'x'},      {"checkpoints", 1, NULL, 'C'}, {"out", 1, NULL, 'o'},
         {"label", 1, NULL, 'L'},    {"sync-only", 1, NULL, 'S'}, {"help", 0, NULL, 'h'},
         {"worker-nice", 1, NULL, 'n'},  {"lr-end", 1, NULL, 'e'},
+        {"kill-rank", 1, NULL, 'X'},    {"kill-at", 1, NULL, 'Y'},
+        {"fault-cmd", 1, NULL, 'F'},
         {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -257,6 +270,9 @@ static void parse(int argc, char **argv, opts_t *o)
         case 'S': o->sync_only_s = atof(optarg); break;
         case 'n': o->worker_nice = atoi(optarg); break;
         case 'e': o->lr_end = (float)atof(optarg); break;
+        case 'X': o->kill_rank = atoi(optarg); break;
+        case 'Y': o->kill_at = atof(optarg); break;
+        case 'F': o->fault_cmd = optarg; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); exit(2);
         }
@@ -340,6 +356,11 @@ static void shadow_params(const run_t *r, shs_shadow_params_t *p)
 typedef struct result {
     double train_s, eps, train_ne, eval_ne, auc, avg_ne, avg_auc, syncs_per_min, round_ms, wait_ms, staleness_ms;
     uint64_t examples, rounds, bytes, errors, skipped, torn;
+    /* after a peer failure (failed > 0): when it was seen (CLOCK_MONOTONIC
+     * s), this rank's EPS and syncs per minute from then to the end */
+    int failed;
+    double fail_seen_s, eps_after, syncs_per_min_after;
+    uint64_t rounds_after;
     double curve_ne[MAX_CKPT + 1], curve_auc[MAX_CKPT + 1];
 } result_t;
 
@@ -360,7 +381,8 @@ static void write_json(const run_t *r, const result_t *res)
             "\"rounds\": %llu, \"syncs_per_min\": %.3f, \"round_ms\": %.3f, \"wait_ms\": %.3f, "
             "\"staleness_ms\": %.3f, \"bytes\": %llu, \"errors\": %llu, \"skipped\": %llu, "
             "\"torn\": %llu, \"fr_every\": %llu, \"interval_us\": %u, \"path\": \"%s\", "
-            "\"worker_nice\": %d, "
+            "\"worker_nice\": %d, \"failed_peers\": %d, \"fail_seen_s\": %.4f, "
+            "\"eps_after\": %.2f, \"rounds_after\": %llu, \"syncs_per_min_after\": %.3f, "
             "\"curve\": [",
             r->o.label, r->o.mode, r->o.ds, r->rank, r->size, r->o.workers, r->lay.count,
             (unsigned long long)res->examples, res->train_s, res->eps, res->train_ne,
@@ -368,7 +390,8 @@ static void write_json(const run_t *r, const result_t *res)
             res->round_ms, res->wait_ms, res->staleness_ms, (unsigned long long)res->bytes,
             (unsigned long long)res->errors, (unsigned long long)res->skipped,
             (unsigned long long)res->torn, (unsigned long long)(r->foreground ? r->o.fr_every : 0),
-            r->o.interval_us, r->o.path, r->o.worker_nice);
+            r->o.interval_us, r->o.path, r->o.worker_nice, res->failed, res->fail_seen_s,
+            res->eps_after, (unsigned long long)res->rounds_after, res->syncs_per_min_after);
     for (int i = r->rank == 0 ? 0 : r->nckpt - 1; i < r->nckpt; i++)
         fprintf(f, "%s[%llu, %.6f, %.6f]", i && r->rank == 0 ? ", " : "",
                 (unsigned long long)r->ckpt_seen[i], res->curve_ne[i], res->curve_auc[i]);
@@ -452,20 +475,52 @@ static void train(run_t *r, shs_ctx_t *ctx, const ctr_example_t *eval)
         if (pthread_create(&ws[i].th, NULL, worker_main, &ws[i]) != 0)
             die("cannot start worker %d", i);
     }
-    /* checkpoints at equal fractions of the local pass */
+    /* checkpoints at equal fractions of the local pass; a fault run's
+     * victim dies on the way; survivors note when they first see a failure */
     r->nckpt = 0;
-    while (r->nckpt < r->o.checkpoints) {
+    double fail_t = 0;
+    uint64_t fail_done = 0;
+    for (;;) {
         uint64_t done = 0;
         for (int i = 0; i < r->o.workers; i++)
             done += atomic_load_explicit(&ws[i].done, memory_order_relaxed);
-        uint64_t next = r->ntrain * (uint64_t)(r->nckpt + 1) / (uint64_t)(r->o.checkpoints + 1);
-        /* never copy a model half way through a foreground round (the
-         * workers never see one either) */
-        if (done >= next && !atomic_load(&r->syncing)) {
-            memcpy(r->ckpt + (size_t)r->nckpt * r->lay.count, r->model,
-                   r->lay.count * sizeof(float));
-            r->ckpt_seen[r->nckpt++] = done * (uint64_t)r->size;
-            continue;
+        if (r->rank == r->o.kill_rank && (double)done >= r->o.kill_at * (double)r->ntrain) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            double t = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+            if (r->o.fault_cmd != NULL) {
+                printf("%-10s rank %d: fault command at %.3f s (CLOCK_MONOTONIC), %llu "
+                       "examples done: %s\n", r->o.label, r->rank, t,
+                       (unsigned long long)done, r->o.fault_cmd);
+                fflush(stdout);
+                r->o.kill_rank = -1; /* once */
+                if (system(r->o.fault_cmd) != 0)
+                    fprintf(stderr, "shs-ctr rank %d: the fault command failed\n", r->rank);
+            } else {
+                printf("%-10s rank %d: SIGKILL to itself at %.3f s (CLOCK_MONOTONIC), %llu "
+                       "examples done\n", r->o.label, r->rank, t, (unsigned long long)done);
+                fflush(stdout);
+                raise(SIGKILL);
+            }
+        }
+        if (r->sync && fail_t == 0) {
+            shs_shadow_stats_t s;
+            if (shs_shadow_stats(r->sh, &s) == SHS_OK && s.failed_peers > 0) {
+                fail_t = now_s();
+                fail_done = done;
+            }
+        }
+        if (r->nckpt < r->o.checkpoints) {
+            uint64_t next =
+                r->ntrain * (uint64_t)(r->nckpt + 1) / (uint64_t)(r->o.checkpoints + 1);
+            /* never copy a model half way through a foreground round (the
+             * workers never see one either) */
+            if (done >= next && !atomic_load(&r->syncing)) {
+                memcpy(r->ckpt + (size_t)r->nckpt * r->lay.count, r->model,
+                       r->lay.count * sizeof(float));
+                r->ckpt_seen[r->nckpt++] = done * (uint64_t)r->size;
+                continue;
+            }
         }
         if (done >= r->ntrain)
             break;
@@ -496,21 +551,41 @@ static void train(run_t *r, shs_ctx_t *ctx, const ctr_example_t *eval)
         res.skipped = s.peers_skipped;
         res.torn = s.torn_retries;
         res.staleness_ms = s.staleness_ms_max;
+        res.failed = s.failed_peers;
+        if (s.failed_peers > 0) {
+            double end = now_s();
+            if (fail_t == 0) { /* seen after the workers finished */
+                fail_t = end;
+                fail_done = res.examples;
+            }
+            res.fail_seen_s = (double)s.first_failure_ns / 1e9;
+            res.rounds_after = s.rounds_after_failure;
+            double after = end - fail_t;
+            res.eps_after = after > 0 ? (double)(res.examples - fail_done) / after : 0;
+            res.syncs_per_min_after = after > 0 ? (double)s.rounds_after_failure * 60.0 / after
+                                                : 0;
+            printf("%-10s rank %d: %d failed peer(s), first seen at %.3f s (CLOCK_MONOTONIC); "
+                   "after it: %.0f EPS, %llu rounds, %.1f syncs/min\n",
+                   r->o.label, r->rank, s.failed_peers, res.fail_seen_s, res.eps_after,
+                   (unsigned long long)s.rounds_after_failure, res.syncs_per_min_after);
+        }
     }
     memcpy(r->ckpt + (size_t)r->nckpt * r->lay.count, r->model, r->lay.count * sizeof(float));
     r->ckpt_seen[r->nckpt++] = res.examples * (uint64_t)r->size;
     res.eps = (double)res.examples / res.train_s;
     res.train_ne = loss / (double)res.examples / ctr_entropy(pos / (double)res.examples);
 
-    /* evaluation after training, off the clock */
-    if (ctx != NULL)
+    /* evaluation after training, off the clock; after a peer failure the
+     * job-wide steps (barriers, the final allreduce) are skipped: the
+     * survivors evaluate their own models */
+    if (ctx != NULL && res.failed == 0)
         CHECK_OK(shs_ctx_barrier(ctx));
     /* the ranks' own models are evaluated as they are; for the sync modes,
      * also the average of the ranks' final models (one ring allreduce, the
      * model a job would export): it separates what the sync achieved from
      * how far the ranks drifted since their last round */
     float *avg = NULL;
-    if (r->sync) {
+    if (r->sync && res.failed == 0) {
         avg = malloc(r->lay.count * sizeof(float));
         if (avg == NULL)
             die("out of memory");
@@ -535,10 +610,11 @@ static void train(run_t *r, shs_ctx_t *ctx, const ctr_example_t *eval)
            r->o.label, r->rank, r->size, (unsigned long long)res.examples, res.train_s, res.eps,
            res.train_ne, res.eval_ne, res.auc, (unsigned long long)res.rounds,
            res.syncs_per_min, res.round_ms, (unsigned long long)res.errors, tev, "");
-    if (r->sync && r->rank == 0)
+    if (r->sync && r->rank == 0 && res.failed == 0)
         printf("%-10s averaged final model: eval NE %.4f, AUC %.4f\n", r->o.label, res.avg_ne,
                res.avg_auc);
     write_json(r, &res);
+    r->failed = res.failed;
     if (r->foreground)
         pthread_barrier_destroy(&r->bar);
     free(scratch);
@@ -621,7 +697,8 @@ int main(int argc, char **argv)
     if (r.sh != NULL)
         shs_shadow_destroy(r.sh);
     if (ctx != NULL) {
-        CHECK_OK(shs_ctx_barrier(ctx));
+        if (r.failed == 0)
+            CHECK_OK(shs_ctx_barrier(ctx));
         shs_region_destroy(region);
         shs_ctx_destroy(ctx);
     } else {

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Fault test (issue 7): kill -9 one of 4 ranks during S-MA training.
+
+    fault_kill.py SHS_LAUNCH SHS_CTR [shs-ctr options...]
+
+Runs 4 ranks of shs-ctr under shs-launch; rank 2 sends itself SIGKILL when
+30% of its pass is done (raise(SIGKILL): the same as kill -9 from outside,
+nothing of the process runs after it). The survivors must detect the
+failure (each says which peer failed, once), keep syncing (rounds after the
+failure > 0 on every survivor), finish their pass, evaluate and exit 0;
+detection must come within the configured bounds (SHS_OP_TIMEOUT_MS plus
+SHS_SHADOW_WAIT_MS: the transport's and the engine's waits). Asserts
+behaviour, not speed. Exit status: 0 pass, 1 fail, 77 no RDMA device.
+"""
+import os
+import re
+import subprocess
+import sys
+import time
+
+VICTIM = 2
+N = 4
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__)
+        return 2
+    launch, ctr = sys.argv[1], sys.argv[2]
+    extra = sys.argv[3:]
+    if not os.path.isdir("/sys/class/infiniband") or not os.listdir("/sys/class/infiniband"):
+        print("no RDMA device: skipped")
+        return 77
+    op_ms = int(os.environ.get("SHS_OP_TIMEOUT_MS", "10000"))
+    wait_ms = int(os.environ.get("SHS_SHADOW_WAIT_MS", "30000"))
+    cmd = [launch, "-n", str(N), "--need-rdma", "--timeout", "200",
+           "--expect-kill", str(VICTIM), "--",
+           ctr, "--mode", "s-ma", "--workers", "1", "--params", "20000",
+           "--examples", "120000", "--eval", "2000", "--checkpoints", "2",
+           "--kill-rank", str(VICTIM), "--kill-at", "0.3"] + extra
+    print("+", " ".join(cmd), flush=True)
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=240)
+    out = p.stdout
+    sys.stdout.write(out)
+    bad = []
+    if p.returncode == 77:
+        return 77
+    if p.returncode != 0:
+        bad.append("shs-launch exited with %d" % p.returncode)
+    m = re.search(r"rank %d: SIGKILL to itself at ([0-9.]+) s" % VICTIM, out)
+    if not m:
+        bad.append("the victim never killed itself")
+    killed_at = float(m.group(1)) if m else 0.0
+    bound = (op_ms + wait_ms) / 1000.0
+    for r in range(N):
+        if r == VICTIM:
+            continue
+        f = re.search(r"rank %d: (\d+) failed peer\(s\), first seen at ([0-9.]+) s .*?"
+                      r"after it: ([0-9.]+) EPS, (\d+) rounds" % r, out)
+        if not f:
+            bad.append("rank %d did not report the failed peer" % r)
+            continue
+        nfail, seen, rounds_after = int(f.group(1)), float(f.group(2)), int(f.group(4))
+        # a survivor that finishes its pass late may also see an early
+        # finisher go away during its last rounds (counted if it did not
+        # see that peer's "stopped" first): at least the victim
+        if nfail < 1:
+            bad.append("rank %d counts no failed peer" % r)
+        det = seen - killed_at
+        print("rank %d: detected after %.3f s, %d rounds after the failure" %
+              (r, det, rounds_after))
+        if m and not (0 <= det <= bound):
+            bad.append("rank %d saw the failure %.3f s after the kill (bound %.0f s)" %
+                       (r, det, bound))
+        if rounds_after < 1:
+            bad.append("rank %d ran no round after the failure" % r)
+        if not re.search(r"rank %d/%d: \d+ examples in .* eval NE [0-9.]+" % (r, N), out):
+            bad.append("rank %d did not finish its pass and evaluate" % r)
+        logs = re.findall(r"shadowsync\[rank %d\] warn: shadow: peer %d failed" % (r, VICTIM),
+                          out)
+        if len(logs) != 1:
+            bad.append("rank %d logged the failed peer %d times, expected once" %
+                       (r, len(logs)))
+    for b in bad:
+        print("FAIL:", b)
+    if bad:
+        return 1
+    print("PASS fault kill (%s) in %.1f s" % (" ".join(extra) or "pull", time.monotonic() - t0))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
