@@ -44,7 +44,7 @@ typedef struct shs__config {
     shs__connect_mode_t connect_mode; /* SHS_CONNECT rdmacm|oob */
     int qps_per_peer;          /* SHS_QPS_PER_PEER */
     int connect_timeout_ms;    /* SHS_CONNECT_TIMEOUT_MS */
-    int qp_timeout;            /* SHS_QP_TIMEOUT (IB local ack timeout exponent) */
+    int qp_timeout;            /* SHS_QP_TIMEOUT (IB local ack timeout exponent; -1 = auto) */
     int qp_retry_cnt;          /* SHS_QP_RETRY */
     int qp_rnr_retry;          /* SHS_QP_RNR_RETRY (7 = infinite: refused) */
     int sq_depth;              /* SHS_SQ_DEPTH work requests per QP */

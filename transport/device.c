@@ -139,6 +139,10 @@ shs_status_t shs__device_open(shs_ctx_t *ctx)
         SHS_WARN("%s port %d: gid %d is not RoCE v2; routing across subnets will fail",
                  ctx->dev_name, ctx->port, ctx->gid.index);
 
+    ctx->cfg.qp_timeout = shs__qp_timeout_for(ctx->cfg.qp_timeout, ctx->dev_attr.vendor_id);
+    SHS_INFO("%s: vendor id 0x%x, ack timeout exponent %d (%.0f ms)", ctx->dev_name,
+             ctx->dev_attr.vendor_id, ctx->cfg.qp_timeout,
+             4.096e-3 * (double)(1ull << ctx->cfg.qp_timeout));
     ctx->chunk = shs__chunk_size(ctx->cfg.max_chunk, ctx->port_attr.max_msg_sz);
     ctx->read_chunk = shs__read_chunk_size(ctx->cfg.read_chunk, ctx->chunk,
                                            ctx->cfg.read_inflight);

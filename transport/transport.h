@@ -38,6 +38,19 @@
  * completion per MiB costs nothing next to the transfer itself. */
 #define SHS__SIGNAL_BYTES (1u << 20)
 
+/* The vendor id of Soft-RoCE (rdma_rxe's RXE_VENDOR_ID). */
+#define SHS__RXE_VENDOR_ID 0xffffffu
+
+/* SHS_QP_TIMEOUT=auto (-1) for a device: 18 (1.07 s) on rxe, whose acks are
+ * made and handled by kernel tasks of a possibly busy host, else 14 (67 ms);
+ * the reasons are beside the knob in runtime/config.c. */
+static inline int shs__qp_timeout_for(int knob, uint32_t vendor_id)
+{
+    if (knob >= 0)
+        return knob;
+    return vendor_id == SHS__RXE_VENDOR_ID ? 18 : 14;
+}
+
 /* ---- GID selection from sysfs (pure: no verbs; unit-tested) ---- */
 typedef struct shs__gid_choice {
     int index;

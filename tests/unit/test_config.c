@@ -43,7 +43,7 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c.connect_mode, SHS_CONNECT_RDMACM);
     ck_assert_int_eq(c.qps_per_peer, 1);
     ck_assert_int_eq(c.connect_timeout_ms, 15000);
-    ck_assert_int_eq(c.qp_timeout, 14);
+    ck_assert_int_eq(c.qp_timeout, -1); /* auto: chosen per device */
     ck_assert_int_eq(c.qp_retry_cnt, 7);
     ck_assert_int_eq(c.qp_rnr_retry, 6);
     ck_assert_int_eq(c.sq_depth, 256);
@@ -383,7 +383,7 @@ START_TEST(test_info_prints_changed_knobs_only)
                                "OMPI_COMM_WORLD_RANK", "1", "OMPI_COMM_WORLD_SIZE", "2", NULL};
     ck_assert_int_eq(load(&c, env), SHS_OK);
     const char *out = captured();
-    ck_assert_ptr_nonnull(strstr(out, "info: SHS_QP_TIMEOUT=16 (default 14)\n"));
+    ck_assert_ptr_nonnull(strstr(out, "info: SHS_QP_TIMEOUT=16 (default auto)\n"));
     ck_assert_ptr_nonnull(strstr(out, "info: SHS_LOG=info (default warn)\n"));
     ck_assert_ptr_null(strstr(out, "SHS_QP_RETRY"));
     ck_assert_ptr_nonnull(strstr(out, "launcher open mpi"));

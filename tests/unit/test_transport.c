@@ -236,6 +236,16 @@ START_TEST(test_split_pieces_tile_the_range)
 }
 END_TEST
 
+START_TEST(test_qp_timeout_auto)
+{
+    /* auto: a longer ack timeout on Soft-RoCE only; a set knob always wins */
+    ck_assert_int_eq(shs__qp_timeout_for(-1, SHS__RXE_VENDOR_ID), 18);
+    ck_assert_int_eq(shs__qp_timeout_for(-1, 0x02c9), 14); /* Mellanox */
+    ck_assert_int_eq(shs__qp_timeout_for(14, SHS__RXE_VENDOR_ID), 14);
+    ck_assert_int_eq(shs__qp_timeout_for(20, 0x02c9), 20);
+}
+END_TEST
+
 START_TEST(test_range_ok)
 {
     ck_assert(shs__range_ok(0, 4096, 4096));
@@ -392,6 +402,7 @@ Suite *transport_suite(void)
     tcase_add_test(tc, test_split_count);
     tcase_add_test(tc, test_split_pieces_tile_the_range);
     tcase_add_test(tc, test_range_ok);
+    tcase_add_test(tc, test_qp_timeout_auto);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("params");
