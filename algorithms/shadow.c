@@ -1127,8 +1127,10 @@ static shs_status_t run_round(shs_shadow_t *sh)
             st = round_ring(sh, r, &grp);
         else
             st = round_pull(sh, r, &grp);
-        if (st == SHS_ERR_CANCELED)
+        if (st == SHS_ERR_CANCELED) {
+            check_failures(sh); /* a stop must not hide a failure seen meanwhile */
             return st;
+        }
         if (!(sh->reround && path == SHS_SHADOW_PATH_RING && eff_path(sh) != path) ||
             attempt > 0)
             break;
@@ -1237,6 +1239,7 @@ static void *shadow_main(void *arg)
     }
     if (sh->algo == SHS_SHADOW_EASGD)
         (void)service_inbox(sh, true);
+    check_failures(sh);
     __atomic_store_n(&sh->hdr->stopped, 1, __ATOMIC_RELEASE);
     return NULL;
 }

@@ -37,7 +37,7 @@ def main():
            "--expect-kill", str(VICTIM), "--",
            ctr, "--mode", "s-ma", "--workers", "1", "--params", "20000",
            "--examples", "120000", "--eval", "2000", "--checkpoints", "2",
-           "--kill-rank", str(VICTIM), "--kill-at", "0.3"] + extra
+           "--kill-rank", str(VICTIM), "--kill-at", "0.3", "--hold", "60"] + extra
     print("+", " ".join(cmd), flush=True)
     t0 = time.monotonic()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

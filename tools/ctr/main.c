@@ -73,6 +73,8 @@ typedef struct opts {
     int kill_rank;   /* fault runs: this rank SIGKILLs itself ... */
     double kill_at;  /* ... when this fraction of its pass is done */
     const char *fault_cmd; /* ... or runs this shell command instead (and trains on) */
+    double hold_s;   /* S modes: after the pass, keep syncing until a peer failure is
+                        seen or this many seconds pass (fault tests) */
 } opts_t;
 
 typedef struct run {
@@ -210,7 +212,9 @@ static void usage(FILE *f)
             "  --kill-rank R --kill-at F   fault run: rank R SIGKILLs itself when the\n"
             "                    fraction F of its pass is done (survivors sync on)\n"
             "  --fault-cmd CMD   with --kill-rank: run the shell command CMD instead of\n"
-            "                    SIGKILL (e.g. power the guest off, take its link down)\n");
+            "                    SIGKILL (e.g. power the guest off, take its link down)\n"
+            "  --hold S          S modes: after the pass keep syncing until a failed peer\n"
+            "                    is seen or S seconds pass (fault tests)\n");
 }
 
 static void parse(int argc, char **argv, opts_t *o)
@@ -243,7 +247,7 @@ static void parse(int argc, char **argv, opts_t *o)
         {"label", 1, NULL, 'L'},    {"sync-only", 1, NULL, 'S'}, {"help", 0, NULL, 'h'},
         {"worker-nice", 1, NULL, 'n'},  {"lr-end", 1, NULL, 'e'},
         {"kill-rank", 1, NULL, 'X'},    {"kill-at", 1, NULL, 'Y'},
-        {"fault-cmd", 1, NULL, 'F'},
+        {"fault-cmd", 1, NULL, 'F'},    {"hold", 1, NULL, 'O'},
         {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -273,6 +277,7 @@ static void parse(int argc, char **argv, opts_t *o)
         case 'X': o->kill_rank = atoi(optarg); break;
         case 'Y': o->kill_at = atof(optarg); break;
         case 'F': o->fault_cmd = optarg; break;
+        case 'O': o->hold_s = atof(optarg); break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); exit(2);
         }
@@ -537,6 +542,14 @@ static void train(run_t *r, shs_ctx_t *ctx, const ctr_example_t *eval)
     }
     res.train_s = now_s() - t0;
     if (r->sync) {
+        /* fault tests: a rank whose pass ended first keeps syncing until it
+         * sees the failure (the fault is timed by another rank's progress) */
+        for (double until = now_s() + r->o.hold_s; !r->foreground && now_s() < until;) {
+            shs_shadow_stats_t s;
+            if (shs_shadow_stats(r->sh, &s) == SHS_OK && s.failed_peers > 0)
+                break;
+            usleep(20000);
+        }
         if (!r->foreground)
             CHECK_OK(shs_shadow_stop(r->sh));
         shs_shadow_stats_t s;
@@ -560,8 +573,10 @@ static void train(run_t *r, shs_ctx_t *ctx, const ctr_example_t *eval)
             }
             res.fail_seen_s = (double)s.first_failure_ns / 1e9;
             res.rounds_after = s.rounds_after_failure;
-            double after = end - fail_t;
-            res.eps_after = after > 0 ? (double)(res.examples - fail_done) / after : 0;
+            double after = end - fail_t, train_end = t0 + res.train_s;
+            res.eps_after = train_end > fail_t
+                                ? (double)(res.examples - fail_done) / (train_end - fail_t)
+                                : 0;
             res.syncs_per_min_after = after > 0 ? (double)s.rounds_after_failure * 60.0 / after
                                                 : 0;
             printf("%-10s rank %d: %d failed peer(s), first seen at %.3f s (CLOCK_MONOTONIC); "
@@ -570,6 +585,12 @@ static void train(run_t *r, shs_ctx_t *ctx, const ctr_example_t *eval)
                    (unsigned long long)s.rounds_after_failure, res.syncs_per_min_after);
         }
     }
+    /* a connection the transport failed after the engine's last look also
+     * rules out the job-wide steps below */
+    int gone = 0;
+    for (int p = 0; ctx != NULL && p < r->size; p++)
+        gone += p != r->rank && shs_ctx_peer_status(ctx, p, NULL) != SHS_OK;
+    bool teardown = res.failed == 0 && gone == 0;
     memcpy(r->ckpt + (size_t)r->nckpt * r->lay.count, r->model, r->lay.count * sizeof(float));
     r->ckpt_seen[r->nckpt++] = res.examples * (uint64_t)r->size;
     res.eps = (double)res.examples / res.train_s;
@@ -578,14 +599,21 @@ static void train(run_t *r, shs_ctx_t *ctx, const ctr_example_t *eval)
     /* evaluation after training, off the clock; after a peer failure the
      * job-wide steps (barriers, the final allreduce) are skipped: the
      * survivors evaluate their own models */
-    if (ctx != NULL && res.failed == 0)
-        CHECK_OK(shs_ctx_barrier(ctx));
+    if (ctx != NULL && teardown) {
+        /* a peer that saw a failure this rank did not see skips it */
+        shs_status_t st = shs_ctx_barrier(ctx);
+        if (st != SHS_OK) {
+            fprintf(stderr, "shs-ctr rank %d: barrier after training: %s; the job-wide steps "
+                    "are skipped\n", r->rank, shs_status_string(st));
+            teardown = false;
+        }
+    }
     /* the ranks' own models are evaluated as they are; for the sync modes,
      * also the average of the ranks' final models (one ring allreduce, the
      * model a job would export): it separates what the sync achieved from
      * how far the ranks drifted since their last round */
     float *avg = NULL;
-    if (r->sync && res.failed == 0) {
+    if (r->sync && teardown) {
         avg = malloc(r->lay.count * sizeof(float));
         if (avg == NULL)
             die("out of memory");
@@ -610,11 +638,11 @@ static void train(run_t *r, shs_ctx_t *ctx, const ctr_example_t *eval)
            r->o.label, r->rank, r->size, (unsigned long long)res.examples, res.train_s, res.eps,
            res.train_ne, res.eval_ne, res.auc, (unsigned long long)res.rounds,
            res.syncs_per_min, res.round_ms, (unsigned long long)res.errors, tev, "");
-    if (r->sync && r->rank == 0 && res.failed == 0)
+    if (r->sync && r->rank == 0 && teardown)
         printf("%-10s averaged final model: eval NE %.4f, AUC %.4f\n", r->o.label, res.avg_ne,
                res.avg_auc);
     write_json(r, &res);
-    r->failed = res.failed;
+    r->failed = teardown ? 0 : 1;
     if (r->foreground)
         pthread_barrier_destroy(&r->bar);
     free(scratch);
@@ -697,8 +725,8 @@ int main(int argc, char **argv)
     if (r.sh != NULL)
         shs_shadow_destroy(r.sh);
     if (ctx != NULL) {
-        if (r.failed == 0)
-            CHECK_OK(shs_ctx_barrier(ctx));
+        if (r.failed == 0 && shs_ctx_barrier(ctx) != SHS_OK)
+            fprintf(stderr, "shs-ctr rank %d: final barrier failed\n", r.rank);
         shs_region_destroy(region);
         shs_ctx_destroy(ctx);
     } else {
