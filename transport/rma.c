@@ -1,6 +1,6 @@
 /* Posting, completions, flush and immediates: the data path. No allocation,
  * no lock; the only system calls are the provider's own post and poll (and
- * sched_yield once a wait has been idle for a while). */
+ * a short nanosleep once a wait has been idle for a while). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <sched.h>

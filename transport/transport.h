@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include <sys/socket.h>
+#include <time.h>
 
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
@@ -302,19 +303,30 @@ int shs__poll(shs_ctx_t *ctx);
  * a system call (a TCG guest's hpet: 4.4 us, more than a poll of the CQ). */
 #define SHS__CLOCK_EVERY 64
 
-/* A bounded busy wait: counts empty polls, yields past SHS__SPIN_POLLS and
+/* Past SHS__SPIN_POLLS a wait sleeps between polls, doubling from 1 us up
+ * to this. sched_yield() kept the CPU busy: two emulated guests whose ranks
+ * spun in flushes on a loaded 2-core host went 10 s without a completion
+ * (rxe's kernel work, which moves the data, starved; a 5 s sleep in the same
+ * guest took 50 s) while rxe retried and dropped nothing. 50 us is what the
+ * collectives use (SHS_COLL_SLEEP_US) and is nothing next to the transfer
+ * a wait this long is waiting for. */
+#define SHS__IDLE_SLEEP_MAX_NS 50000L
+
+/* A bounded wait: counts empty polls, sleeps past SHS__SPIN_POLLS and
  * measures the timeout from the first clock reading, at most
  * SHS__CLOCK_EVERY polls after the wait (or its last progress) began. */
 typedef struct shs__waiter {
     unsigned empty;
     bool armed;
     int timeout_ms;
+    long nap_ns;
     shs__deadline_t dl;
 } shs__waiter_t;
 
 static inline void shs__waiter_init(shs__waiter_t *w, int timeout_ms)
 {
     w->empty = 0;
+    w->nap_ns = 1000;
     w->armed = false;
     w->timeout_ms = timeout_ms;
     w->dl.end_ns = UINT64_MAX;
@@ -324,6 +336,7 @@ static inline void shs__waiter_init(shs__waiter_t *w, int timeout_ms)
 static inline void shs__waiter_progress(shs__waiter_t *w, bool restart)
 {
     w->empty = 0;
+    w->nap_ns = 1000;
     if (restart)
         w->armed = false;
 }
@@ -339,8 +352,13 @@ static inline bool shs__waiter_idle(shs__waiter_t *w)
             return true;
         }
     }
-    if (w->empty > SHS__SPIN_POLLS)
-        sched_yield();
+    if (w->empty > SHS__SPIN_POLLS) {
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = w->nap_ns};
+        nanosleep(&ts, NULL);
+        if (w->nap_ns < SHS__IDLE_SLEEP_MAX_NS)
+            w->nap_ns = w->nap_ns * 2 < SHS__IDLE_SLEEP_MAX_NS ? w->nap_ns * 2
+                                                                : SHS__IDLE_SLEEP_MAX_NS;
+    }
     return false;
 }
 
