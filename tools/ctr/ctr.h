@@ -67,4 +67,14 @@ double ctr_entropy(double ctr);
 void ctr_evaluate(const ctr_layout_t *l, const float *p, const ctr_example_t *ex, size_t n,
                   float *scratch, double *ne_p, double *auc_p);
 
+/* splitmix64 finalizer: the hash behind the dataset, the feature buckets
+ * and the initial model, so every rank derives the same values */
+static inline uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
 #endif

@@ -27,14 +27,6 @@ static const int pairs[][2] = {{0, 1}, {2, 3}, {1, 4}, {5, 6}, {0, 7}, {3, 5}};
 #define CALIB_BASE (1ull << 62) /* calibration draws: far from any real index */
 #define CALIB_N 20000
 
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 static uint64_t h3(uint64_t a, uint64_t b, uint64_t c)
 {
     return mix(mix(mix(a) ^ b) ^ c);

@@ -17,14 +17,6 @@
 #define MAX_IN (CTR_DENSE + CTR_FIELDS * 64)
 #define MAX_HIDDEN 256
 
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 static uint32_t bucket(int f, uint32_t v, uint32_t buckets)
 {
     return (uint32_t)(mix(((uint64_t)(unsigned)f << 32) ^ v) % buckets);
