@@ -36,6 +36,7 @@ typedef struct coll_sig {
     uint64_t slot_bytes;
     uint64_t stage_bytes;
     uint64_t eager_bytes;
+    uint64_t min_chunk;
     uint32_t slots;
     uint32_t channel;
     uint64_t valid;          /* this rank's parameters passed their checks */
@@ -50,6 +51,7 @@ struct shs_coll {
     int slots;
     size_t stage_bytes;
     size_t eager_bytes;      /* per-sender slot for the first chunk of a call */
+    size_t min_chunk;        /* smallest chunk of a short call */
     uint32_t chan;           /* channel << IMM_CHAN_SHIFT */
     int timeout_ms;
     int spin;                /* empty polls before sleeping */
@@ -94,7 +96,8 @@ static shs_status_t check_same_params(shs_coll_t *coll, shs_status_t local)
     coll_sig_t *sig = shs_region_addr(table);
     sig[me] = (coll_sig_t){.magic = SIG_MAGIC, .slot_bytes = coll->slot_bytes,
                            .stage_bytes = coll->stage_bytes,
-                           .eager_bytes = coll->eager_bytes, .slots = (uint32_t)coll->slots,
+                           .eager_bytes = coll->eager_bytes,
+                           .min_chunk = coll->min_chunk, .slots = (uint32_t)coll->slots,
                            .channel = coll->chan >> IMM_CHAN_SHIFT,
                            .valid = local == SHS_OK};
     size_t off = (size_t)me * sizeof(coll_sig_t);
@@ -111,13 +114,15 @@ static shs_status_t check_same_params(shs_coll_t *coll, shs_status_t local)
                 SHS_ERROR("collective setup: rank %d has invalid SHS_COLL_* parameters", p);
             st = p == me ? local : SHS_ERR_SIZE_MISMATCH;
         } else if (memcmp(&sig[p], &sig[me], sizeof(coll_sig_t)) != 0 && sig[me].valid) {
-            SHS_ERROR("collective setup: rank %d uses chunk %llu, %u slots, stage %llu, "
-                      "eager %llu, channel %u; this rank uses chunk %zu, %d slots, stage %zu, "
-                      "eager %zu, channel %u: every rank must use the same SHS_COLL_* values",
-                      p, (unsigned long long)sig[p].slot_bytes, sig[p].slots,
+            SHS_ERROR("collective setup: rank %d uses chunk %llu (min %llu), %u slots, stage "
+                      "%llu, eager %llu, channel %u; this rank uses chunk %zu (min %zu), %d "
+                      "slots, stage %zu, eager %zu, channel %u: every rank must use the same "
+                      "SHS_COLL_* values",
+                      p, (unsigned long long)sig[p].slot_bytes,
+                      (unsigned long long)sig[p].min_chunk, sig[p].slots,
                       (unsigned long long)sig[p].stage_bytes,
                       (unsigned long long)sig[p].eager_bytes, sig[p].channel, coll->slot_bytes,
-                      coll->slots, coll->stage_bytes, coll->eager_bytes,
+                      coll->min_chunk, coll->slots, coll->stage_bytes, coll->eager_bytes,
                       coll->chan >> IMM_CHAN_SHIFT);
             st = SHS_ERR_SIZE_MISMATCH;
         }
@@ -141,6 +146,7 @@ static shs_status_t apply_params(shs_coll_t *coll, const shs_coll_params_t *para
     coll->slots = cfg->coll_slots;
     coll->stage_bytes = cfg->coll_stage;
     coll->eager_bytes = cfg->coll_eager;
+    coll->min_chunk = cfg->coll_min_chunk;
     int channel = cfg->coll_channel;
     coll->timeout_ms = cfg->op_timeout_ms;
     coll->spin = cfg->coll_spin;
@@ -157,6 +163,8 @@ static shs_status_t apply_params(shs_coll_t *coll, const shs_coll_params_t *para
             channel = params->channel;
         if (m & SHS_COLL_PARAM_EAGER_BYTES)
             coll->eager_bytes = params->eager_bytes;
+        if (m & SHS_COLL_PARAM_MIN_CHUNK)
+            coll->min_chunk = params->min_chunk;
         if (m & SHS_COLL_PARAM_TIMEOUT)
             coll->timeout_ms = params->timeout_ms;
     }
@@ -180,6 +188,13 @@ static shs_status_t apply_params(shs_coll_t *coll, const shs_coll_params_t *para
     }
     if (coll->eager_bytes > coll->slot_bytes)
         coll->eager_bytes = coll->slot_bytes; /* a first chunk is never larger */
+    if (coll->min_chunk < 8 || coll->min_chunk % 8 != 0) {
+        SHS_ERROR("collectives: smallest chunk of %zu bytes: expected a multiple of 8",
+                  coll->min_chunk);
+        return SHS_ERR_CONFIG;
+    }
+    if (coll->min_chunk > coll->slot_bytes)
+        coll->min_chunk = coll->slot_bytes;
     if (coll->eager_bytes % 8 != 0) {
         SHS_ERROR("collectives: eager slot of %zu bytes: expected a multiple of 8",
                   coll->eager_bytes);
@@ -587,6 +602,23 @@ static void idle_wait(const shs_coll_t *coll, long *nap_ns)
     *nap_ns = *nap_ns * 2 < cap ? *nap_ns * 2 : cap;
 }
 
+/* Elements per chunk of a call whose longest segment has seg elements: a
+ * slot's worth, or, when the segment is shorter than the slots together,
+ * about seg / slots (so that `slots` chunks pipeline through the ring) but
+ * not below min_chunk. Every member derives it from the same count, group
+ * size and agreed parameters. */
+static size_t chunk_elems_for(const shs_coll_t *coll, size_t seg, size_t es)
+{
+    size_t max_e = coll->slot_bytes / es, min_e = coll->min_chunk / es;
+    if (min_e < 1)
+        min_e = 1;
+    size_t want = (seg + (size_t)coll->slots - 1) / (size_t)coll->slots;
+    want = (want + 7) & ~(size_t)7; /* whole 32/64-byte vectors */
+    if (want < min_e)
+        want = min_e;
+    return want < max_e ? want : max_e;
+}
+
 static uint64_t stream_total(const ring_t *r, int (*seg)(const ring_t *, int))
 {
     uint64_t t = 0;
@@ -602,7 +634,7 @@ static shs_status_t ring_run(ring_t *r)
 
     r->q = r->count / (size_t)r->n;
     r->rem = r->count % (size_t)r->n;
-    r->chunk_elems = coll->slot_bytes / r->es;
+    r->chunk_elems = chunk_elems_for(coll, r->q + (r->rem > 0), r->es);
     r->send_total = stream_total(r, send_seg);
     r->recv_total = stream_total(r, recv_seg);
     send_cursor_settle(r);

@@ -160,6 +160,14 @@ static const knob_t knobs[] = {
      * QP retries report a dead peer in ~0.5 s; 10 s tells slow from dead. */
     KNOB_INT("SHS_OP_TIMEOUT_MS", op_timeout_ms, "10000", 1, 24 * 3600 * 1000,
              "bound on any wait for completions (ms)"),
+    /* 2000: a completion microseconds away is caught by polling, and a few
+     * waiting ranks on few cores (the emulated guest) still let the one that
+     * must make progress run. A latency-bound job that owns its cores (or a
+     * peer in another machine, where nothing local needs the CPU) wants more:
+     * polls cost ~0.1 us on hardware, so 2000 polls is ~0.2 ms. */
+    KNOB_INT("SHS_POLL_SPIN", poll_spin, "2000", 0, 1 << 30,
+             "empty polls of a wait for completions before it starts sleeping (1 us doubling "
+             "to 50 us)"),
     /* auto: hugepages cut MR translation misses, but a missing pool must not
      * stop a job; "on" turns the fallback into an error. */
     KNOB_ENUM("SHS_HUGEPAGES", hugepages, "auto", tri_words, tri_values,
@@ -228,6 +236,14 @@ static const knob_t knobs[] = {
      * costs 32 KiB per rank of the job in each inbox. */
     KNOB_SIZE("SHS_COLL_EAGER", coll_eager, "32k", 0, 1ll << 30,
               "collectives: per-sender inbox slot for a call's first chunk up to this size (k/m/g; 0 = none)"),
+    /* 16 KiB: a segment shorter than the slots together (a 1 MiB call on 4
+     * ranks: 256 KiB) is cut into `slots` chunks so that the link, the
+     * reduction and the next hop still overlap; below about 16 KiB the
+     * per-chunk costs (a work request, an immediate, a credit, a wake-up)
+     * outweigh the overlap on the devices measured (rxe). */
+    KNOB_SIZE("SHS_COLL_MIN_CHUNK", coll_min_chunk, "16k", 8, 1ll << 30,
+              "collectives: smallest chunk when a short call is cut to pipeline (k/m/g; a "
+              "multiple of 8; >= SHS_COLL_CHUNK: never cut below SHS_COLL_CHUNK)"),
 };
 
 #define KNOB_COUNT (sizeof(knobs) / sizeof(knobs[0]))

@@ -55,6 +55,7 @@ typedef struct shs__config {
     size_t read_inflight;      /* SHS_READ_INFLIGHT READ bytes outstanding per QP (0 = no cap) */
     size_t msg_size;           /* SHS_MSG_SIZE bytes per receive buffer (0 = no two-sided messages) */
     int op_timeout_ms;         /* SHS_OP_TIMEOUT_MS bound on any wait for completions */
+    int poll_spin;             /* SHS_POLL_SPIN empty polls before a wait sleeps */
     /* memory */
     shs__tristate_t hugepages; /* SHS_HUGEPAGES auto|on|off */
     /* logging */
@@ -74,6 +75,7 @@ typedef struct shs__config {
     int coll_spin;             /* SHS_COLL_SPIN empty polls before sleeping */
     int coll_sleep_us;         /* SHS_COLL_SLEEP_US longest sleep of a waiting rank (0: yield) */
     size_t coll_eager;         /* SHS_COLL_EAGER bytes of a per-sender first-chunk slot */
+    size_t coll_min_chunk;     /* SHS_COLL_MIN_CHUNK smallest chunk of a short call */
 } shs__config_t;
 
 /* Fill *cfg with defaults, then the environment (and launcher variables).

@@ -293,17 +293,14 @@ shs_status_t shs__msg_check(shs_ctx_t *ctx);
 /* completions (rma.c) */
 int shs__poll(shs_ctx_t *ctx);
 
-/* Empty polls before a waiting caller starts yielding its CPU: short enough
- * that a few waiting ranks on few cores (the emulated guest) let the one
- * that must make progress run, long enough not to add latency to a
- * completion that is microseconds away. */
-#define SHS__SPIN_POLLS 2000
+/* Empty polls before a waiting caller starts sleeping: SHS_POLL_SPIN
+ * (runtime/config.c gives the default's reason). */
 /* A wait reads the clock once every this many empty polls, never on the
  * way to a completion that is already there: on some machines the clock is
  * a system call (a TCG guest's hpet: 4.4 us, more than a poll of the CQ). */
 #define SHS__CLOCK_EVERY 64
 
-/* Past SHS__SPIN_POLLS a wait sleeps between polls, doubling from 1 us up
+/* Past SHS_POLL_SPIN empty polls a wait sleeps between polls, doubling from 1 us up
  * to this. sched_yield() kept the CPU busy: two emulated guests whose ranks
  * spun in flushes on a loaded 2-core host went 10 s without a completion
  * (rxe's kernel work, which moves the data, starved; a 5 s sleep in the same
@@ -312,20 +309,22 @@ int shs__poll(shs_ctx_t *ctx);
  * a wait this long is waiting for. */
 #define SHS__IDLE_SLEEP_MAX_NS 50000L
 
-/* A bounded wait: counts empty polls, sleeps past SHS__SPIN_POLLS and
+/* A bounded wait: counts empty polls, sleeps past its spin budget and
  * measures the timeout from the first clock reading, at most
  * SHS__CLOCK_EVERY polls after the wait (or its last progress) began. */
 typedef struct shs__waiter {
     unsigned empty;
+    unsigned spin;  /* empty polls before sleeping */
     bool armed;
     int timeout_ms;
     long nap_ns;
     shs__deadline_t dl;
 } shs__waiter_t;
 
-static inline void shs__waiter_init(shs__waiter_t *w, int timeout_ms)
+static inline void shs__waiter_init(shs__waiter_t *w, int timeout_ms, int spin)
 {
     w->empty = 0;
+    w->spin = spin < 0 ? 0u : (unsigned)spin;
     w->nap_ns = 1000;
     w->armed = false;
     w->timeout_ms = timeout_ms;
@@ -352,7 +351,7 @@ static inline bool shs__waiter_idle(shs__waiter_t *w)
             return true;
         }
     }
-    if (w->empty > SHS__SPIN_POLLS) {
+    if (w->empty > w->spin) {
         struct timespec ts = {.tv_sec = 0, .tv_nsec = w->nap_ns};
         nanosleep(&ts, NULL);
         if (w->nap_ns < SHS__IDLE_SLEEP_MAX_NS)

@@ -5,7 +5,9 @@
  * Algorithm. Reduce-scatter then allgather around the ring of the group's
  * members in the order of group->ranks: the buffer is cut into n segments
  * (n = group size; any count, the first count % n segments one element
- * longer), each segment into chunks of at most slot_bytes, and the chunks
+ * longer), each segment into chunks of at most slot_bytes (and of about
+ * segment / slots, but not below min_chunk, when the segment is shorter than
+ * the slots together), and the chunks
  * stream to the right neighbour so that the link, the reduction and the
  * next hop overlap. Each rank therefore sends and receives
  * 2 (n-1)/n * count elements. Data moves by RDMA WRITE with immediate into
@@ -94,7 +96,8 @@ enum {
     SHS_COLL_PARAM_STAGE_BYTES = 1u << 2,
     SHS_COLL_PARAM_CHANNEL = 1u << 3,
     SHS_COLL_PARAM_TIMEOUT = 1u << 4,
-    SHS_COLL_PARAM_EAGER_BYTES = 1u << 5
+    SHS_COLL_PARAM_EAGER_BYTES = 1u << 5,
+    SHS_COLL_PARAM_MIN_CHUNK = 1u << 6
 };
 
 typedef struct shs_coll_params {
@@ -111,6 +114,11 @@ typedef struct shs_coll_params {
     size_t eager_bytes;   /* per-sender inbox slot for the first chunk of a call when
                              it is this small or smaller, a multiple of 8 (capped at
                              slot_bytes); 0: none (SHS_COLL_EAGER) */
+    size_t min_chunk;     /* smallest pipelined chunk, a multiple of 8: a segment
+                             smaller than slots * slot_bytes is cut into `slots`
+                             chunks of at least this size, so that short calls
+                             pipeline too; >= slot_bytes: always slot_bytes
+                             (SHS_COLL_MIN_CHUNK) */
 } shs_coll_params_t;
 
 /*

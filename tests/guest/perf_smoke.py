@@ -4,6 +4,10 @@ two processes on this machine's RDMA device, with --check and --json; the
 output must parse and every figure must be positive (never a speed bound).
 
 usage: perf_smoke.py PATH/TO/shs-perf
+       perf_smoke.py PATH/TO/shs-perf --sweep [-n ITERS]
+--sweep: every test type over all sizes (-a: 2 B .. 8 MiB) with --check. In a
+guest of `tools/shs-vm -n 2` (SHS_VM_COUNT=2) guest 0 runs the servers and
+guest 1 the clients against it, across the link; elsewhere both run here.
 Exit: 0 pass, 1 fail, 77 no RDMA device (CTest "Not Run").
 """
 import json
@@ -55,6 +59,45 @@ def run_pair(perf, test, args, env_mode=False):
     return rows
 
 
+def sweep(perf, iters):
+    """All test types, all sizes, --check; across two guests when in one."""
+    tests = ["%s_%s" % (op, k) for k in ("lat", "bw")
+             for op in ("read", "write", "write_imm", "send")]
+    sizes = [2 << i for i in range(23)]
+    count = int(os.environ.get("SHS_VM_COUNT", "1"))
+    index = int(os.environ.get("SHS_VM_INDEX", "0"))
+    server_host = os.environ.get("SHS_VM_PEERS", "").split(" ")[0]
+    failed = 0
+    for i, test in enumerate(tests):
+        args = ["-a", "-n", str(iters)]
+        try:
+            if count < 2:
+                rows = run_pair(perf, test, args)
+            else:
+                cmd = [perf, test, "--json", "--check", "-p", str(18540 + i)] + args
+                if index == 1:
+                    cmd.append(server_host)
+                p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, timeout=TIMEOUT * 3)
+                if p.returncode != 0:
+                    raise AssertionError("%s: exit %d: %s" % (test, p.returncode,
+                                                              p.stderr.strip()))
+                if index == 0:  # the server reports nothing: its exit status is its word
+                    print("ok   %-13s server" % test)
+                    continue
+                rows = [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
+            check_rows(test, args, rows, sizes)
+            print("ok   %-13s %d sizes checked, 8 MiB: %s" % (
+                test, len(rows), rows[-1].get("bw_avg", rows[-1].get("t_typical_us"))))
+        except (AssertionError, ValueError, KeyError, subprocess.TimeoutExpired) as e:
+            print("FAIL %s" % e)
+            failed += 1
+    print("%s: sweep, %d of %d test types%s" % (
+        "PASS" if not failed else "FAIL", len(tests) - failed, len(tests),
+        " (two guests, guest %d)" % index if count >= 2 else ""))
+    return 1 if failed else 0
+
+
 def check_rows(test, args, rows, want_sizes):
     keys = LAT_KEYS if test.endswith("_lat") else BW_KEYS
     sizes = [r["bytes"] for r in rows]
@@ -69,13 +112,22 @@ def check_rows(test, args, rows, want_sizes):
 
 
 def main():
-    if len(sys.argv) != 2:
+    argv = sys.argv[1:]
+    do_sweep = "--sweep" in argv
+    iters = 5
+    if "-n" in argv:
+        iters = int(argv[argv.index("-n") + 1])
+        del argv[argv.index("-n"):argv.index("-n") + 2]
+    argv = [a for a in argv if a != "--sweep"]
+    if len(argv) != 1:
         print(__doc__, file=sys.stderr)
         return 2
-    perf = sys.argv[1]
+    perf = argv[0]
     if not os.path.isdir("/sys/class/infiniband") or not os.listdir("/sys/class/infiniband"):
         print("no RDMA device (/sys/class/infiniband is empty): skipped", file=sys.stderr)
         return 77
+    if do_sweep:
+        return sweep(perf, iters)
     cases = []
     for op in ["read", "write", "write_imm", "send"]:
         cases.append(("%s_lat" % op, ["-n", "20", "-s", "8"], [8], False))

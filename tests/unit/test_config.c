@@ -99,6 +99,8 @@ static const char *const every_knob[] = {
     "SHS_COLL_SPIN", "1000",
     "SHS_COLL_SLEEP_US", "0",
     "SHS_COLL_EAGER", "0",
+    "SHS_COLL_MIN_CHUNK", "4k",
+    "SHS_POLL_SPIN", "123456",
     NULL,
 };
 
@@ -144,6 +146,8 @@ START_TEST(test_every_knob_parses)
     ck_assert_int_eq(c.coll_spin, 1000);
     ck_assert_int_eq(c.coll_sleep_us, 0);
     ck_assert_uint_eq(c.coll_eager, 0);
+    ck_assert_uint_eq(c.coll_min_chunk, 4096);
+    ck_assert_int_eq(c.poll_spin, 123456);
 }
 END_TEST
 
