@@ -79,8 +79,10 @@ void shs__easgd_slice(size_t count, int nranks, int k, size_t *off_p, size_t *le
  * kept; when nothing changed, w[i] becomes exactly result[i]. w is being
  * written by Hogwild workers: each element is read once and written once,
  * so a worker write that lands between those two instructions is lost (the
- * usual Hogwild race, a window of a few nanoseconds per element); every
- * other concurrent write is kept. */
+ * usual Hogwild race, a window of a few nanoseconds per element); and a
+ * worker's own read-modify-write that straddles our write puts back the
+ * old value plus its step, losing this round's move for that element
+ * (either sign). Every other concurrent write is kept. */
 void shs__delta_apply(float *w, const float *restrict result, const float *restrict snap,
                       size_t n);
 

@@ -200,11 +200,13 @@ static const knob_t knobs[] = {
      * absorbs the variation and keeps the latency. */
     KNOB_INT("SHS_SHADOW_NAP", shadow_nap, "80", 0, 100,
              "shadow engine: percent of a pull's expected time slept before polling (0 = spin)"),
-    /* 256 KiB: large enough that the per-chunk costs (a work request, an
-     * immediate, a credit, a poll) vanish next to the transfer, small enough
-     * that a ring of 8 still cuts a 16 MiB buffer into 8 chunks per segment
-     * to pipeline. */
-    KNOB_SIZE("SHS_COLL_CHUNK", coll_chunk, "256k", 64, 1ll << 30,
+    /* 1 MiB: every chunk costs a work request, an immediate, a credit and a
+     * wake-up of a waiting rank; on rxe (2026-12-03, one guest, 4 ranks,
+     * 16 MiB float sum) 1 MiB chunks gave 20.5/20.0 MB/s busbw against
+     * 18.1/17.1 at 256 KiB, and 2 MiB no more than 1 MiB. A ring of 8
+     * still cuts a 16 MiB buffer into 2 chunks per segment, and shorter
+     * calls are cut finer (SHS_COLL_MIN_CHUNK). Inbox: slots * 1 MiB. */
+    KNOB_SIZE("SHS_COLL_CHUNK", coll_chunk, "1m", 64, 1ll << 30,
               "collectives: bytes per pipelined chunk = per inbox slot (k/m/g; a multiple of 8)"),
     /* 4: two chunks in flight while two are reduced keeps the link and the
      * reduction busy; 2 * slots notifications per peer stay far below
