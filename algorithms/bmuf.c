@@ -1,15 +1,21 @@
 /*
  * Blockwise model-update filtering (BMUF, Chen and Huo 2016), the rule of
- * S-BMUF and FR-BMUF. The shadow thread keeps a global model w_g and a block
- * momentum D; each round, with mean = the MA mean of the group's snapshots:
+ * S-BMUF and FR-BMUF. The shadow thread keeps w_g, the model it last gave
+ * the ranks (the start of the current block), and a block momentum D; each
+ * round, with mean = the MA mean of the group's snapshots:
  *
- *     G   = mean - w_g              (the block's "gradient")
+ *     G   = mean - w_g              (the block's progress from where it started)
  *     D   = eta * D + zeta * G      (block momentum, eta; block learning rate, zeta)
- *     w_g = w_g + D
- *     result = w_g + eta * D        (Nesterov look-ahead; w_g without it)
+ *     result = w_g + D              (+ eta * D: Nesterov look-ahead)
+ *     w_g = result
  *
  * and the result is applied to the live model as a delta against the
- * round's snapshot. eta = 0, zeta = 1 without Nesterov is plain MA.
+ * round's snapshot. G is measured from the model the ranks were given, the
+ * look-ahead included (as CNTK's BMUF keeps its "previous parameters"):
+ * measured from w_g without it, every block's G would hold the previous
+ * look-ahead again, D would grow by eta * (1 + zeta) per round (1.5 with 4
+ * ranks: seen diverging, NE 7.7) even with no progress at all. eta = 0,
+ * zeta = 1 without Nesterov is plain MA.
  */
 #include "algorithms/rules.h"
 
@@ -26,21 +32,12 @@ void shs__bmuf_step(float *restrict wg, float *restrict D, const float *mean, fl
                     size_t n, const shs__bmuf_coef_t *coef)
 {
     const float eta = coef->eta, zeta = coef->zeta;
-    if (coef->nesterov) {
-        for (size_t i = 0; i < n; i++) {
-            float g = mean[i] - wg[i];
-            float d = eta * D[i] + zeta * g;
-            D[i] = d;
-            wg[i] += d;
-            out[i] = wg[i] + eta * d;
-        }
-    } else {
-        for (size_t i = 0; i < n; i++) {
-            float g = mean[i] - wg[i];
-            float d = eta * D[i] + zeta * g;
-            D[i] = d;
-            wg[i] += d;
-            out[i] = wg[i];
-        }
+    const float ahead = coef->nesterov ? 1.0f + eta : 1.0f;
+    for (size_t i = 0; i < n; i++) {
+        float g = mean[i] - wg[i];
+        float d = eta * D[i] + zeta * g;
+        D[i] = d;
+        wg[i] += ahead * d;
+        out[i] = wg[i];
     }
 }

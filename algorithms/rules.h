@@ -31,18 +31,19 @@ void shs__ma_mean(float *restrict out, const float *const *xs, int m, size_t n);
 typedef struct shs__bmuf_coef {
     float eta;     /* block momentum */
     float zeta;    /* block learning rate */
-    bool nesterov; /* return the look-ahead w_g + eta*D instead of w_g */
+    bool nesterov; /* also move by the look-ahead eta*D */
 } shs__bmuf_coef_t;
 
 /* BMUF defaults for n ranks: eta = 1 - 1/n, zeta = 1, Nesterov on (Chen and
  * Huo, 2016). n = 1 gives eta = 0 (plain averaging of a single model). */
 shs__bmuf_coef_t shs__bmuf_defaults(int nranks);
 
-/* One BMUF block update, in place:
+/* One BMUF block update, in place (w_g: the result of the previous block,
+ * the model the ranks started this block from):
  *     G   = mean - w_g
  *     D   = eta * D + zeta * G
- *     w_g = w_g + D
- *     out = w_g + eta * D   (Nesterov)   or   w_g
+ *     w_g = w_g + D + eta * D   (Nesterov)   or   w_g + D
+ *     out = w_g
  * out may alias mean (the engine reuses the mean buffer for the result). */
 void shs__bmuf_step(float *restrict wg, float *restrict D, const float *mean, float *out,
                     size_t n, const shs__bmuf_coef_t *coef);

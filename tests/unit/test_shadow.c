@@ -63,13 +63,31 @@ START_TEST(test_bmuf_step)
 {
     /* w_g = (1, 2), D = (0.5, -1), mean = (2, 0), eta = 0.5, zeta = 1:
      * G = (1, -2); D = (0.25 + 1, -0.5 - 2) = (1.25, -2.5);
-     * w_g = (2.25, -0.5); Nesterov result = w_g + 0.5 D = (2.875, -1.75) */
+     * Nesterov result = w_g + D + 0.5 D = (2.875, -1.75) = the new w_g */
     float wg[] = {1, 2}, D[] = {0.5f, -1}, mean[] = {2, 0}, out[2];
     shs__bmuf_coef_t c = {.eta = 0.5f, .zeta = 1.0f, .nesterov = true};
     shs__bmuf_step(wg, D, mean, out, 2, &c);
     assert_vec(D, (const float[]){1.25f, -2.5f}, 2);
-    assert_vec(wg, (const float[]){2.25f, -0.5f}, 2);
+    assert_vec(wg, (const float[]){2.875f, -1.75f}, 2);
     assert_vec(out, (const float[]){2.875f, -1.75f}, 2);
+
+    /* the ranks made no progress (mean = the model they were given): G = 0,
+     * D = 0.5 D = (0.625, -1.25), result = w_g + 1.5 D = (3.8125, -3.625) */
+    float still[] = {2.875f, -1.75f};
+    shs__bmuf_step(wg, D, still, out, 2, &c);
+    assert_vec(D, (const float[]){0.625f, -1.25f}, 2);
+    assert_vec(out, (const float[]){3.8125f, -3.625f}, 2);
+
+    /* ...and with 4 ranks' defaults (eta 0.75, zeta 1, Nesterov) the block
+     * momentum of ranks that stand still dies out instead of growing */
+    shs__bmuf_coef_t d4 = shs__bmuf_defaults(4);
+    float w4[] = {0}, D4[] = {1}, o4[1];
+    for (int k = 0; k < 200; k++) {
+        float m4[] = {w4[0]};
+        shs__bmuf_step(w4, D4, m4, o4, 1, &d4);
+    }
+    ck_assert_float_lt(fabsf(D4[0]), 1e-6f);
+    ck_assert_float_lt(fabsf(o4[0]), 8.0f); /* 1.75 * (0.75 + 0.75^2 + ...) = 5.25 */
 
     /* same start, zeta = 2, no Nesterov, result written over the mean:
      * D = (0.25 + 2, -0.5 - 4) = (2.25, -4.5); w_g = (3.25, -2.5) = result */
