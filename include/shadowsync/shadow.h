@@ -56,9 +56,10 @@
  *
  * Algorithms (the rule of each is stated beside it in algorithms/):
  *   SHS_SHADOW_MA     result = mean of the group's round-r snapshots.
- *   SHS_SHADOW_BMUF   the engine keeps a global model w_g and a block
- *                     momentum D: G = mean - w_g; D = eta*D + zeta*G;
- *                     w_g += D; result = w_g + eta*D (Nesterov) or w_g.
+ *   SHS_SHADOW_BMUF   the engine keeps w_g, the result it last gave the
+ *                     ranks, and a block momentum D: G = mean - w_g;
+ *                     D = eta*D + zeta*G; result = w_g + D + eta*D
+ *                     (Nesterov) or w_g + D; w_g = result.
  *                     Defaults eta = 1 - 1/N, zeta = 1, Nesterov on.
  *   SHS_SHADOW_EASGD  a center model c sharded over the ranks (rank k owns a
  *                     contiguous slice). Each round: read the center slices
