@@ -108,6 +108,12 @@
  * shs_shadow_stats and shs_shadow_peer_staleness may be called from any
  * thread at any time.
  *
+ * Floating point: rounds run with subnormals flushed to zero (x86 FTZ and
+ * DAZ, on the shadow thread, and around shs_shadow_sync on the caller's
+ * thread, whose mode is restored): a result below FLT_MIN is written as 0,
+ * so the model never fills up with slow subnormal values as BMUF momentum
+ * or EASGD differences decay.
+ *
  * Hot path: a round allocates nothing and takes no lock; it posts RDMA
  * operations and polls for their completion. Waiting for a peer's snapshot
  * backs off to short sleeps so that a waiting shadow thread leaves the CPU
