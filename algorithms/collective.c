@@ -609,9 +609,7 @@ static void idle_wait(const shs_coll_t *coll, long *nap_ns)
  * size and agreed parameters. */
 static size_t chunk_elems_for(const shs_coll_t *coll, size_t seg, size_t es)
 {
-    size_t max_e = coll->slot_bytes / es, min_e = coll->min_chunk / es;
-    if (min_e < 1)
-        min_e = 1;
+    size_t max_e = coll->slot_bytes / es, min_e = coll->min_chunk / es; /* >= 1: 8 | min */
     size_t want = (seg + (size_t)coll->slots - 1) / (size_t)coll->slots;
     want = (want + 7) & ~(size_t)7; /* whole 32/64-byte vectors */
     if (want < min_e)

@@ -120,8 +120,7 @@ shs_status_t shs_recv(shs_ctx_t *ctx, int peer, shs_msg_t *msg_p, int timeout_ms
     if (status != SHS_ERR_TIMEOUT)
         return status;
     shs__waiter_t w;
-    shs__waiter_init(&w, timeout_ms < 0 ? ctx->cfg.op_timeout_ms : timeout_ms,
-                     ctx->cfg.poll_spin);
+    shs__waiter_init(&w, ctx, timeout_ms);
     for (;;) {
         int n = shs__poll(ctx);
         if (n < 0)

@@ -293,8 +293,6 @@ shs_status_t shs__msg_check(shs_ctx_t *ctx);
 /* completions (rma.c) */
 int shs__poll(shs_ctx_t *ctx);
 
-/* Empty polls before a waiting caller starts sleeping: SHS_POLL_SPIN
- * (runtime/config.c gives the default's reason). */
 /* A wait reads the clock once every this many empty polls, never on the
  * way to a completion that is already there: on some machines the clock is
  * a system call (a TCG guest's hpet: 4.4 us, more than a poll of the CQ). */
@@ -309,9 +307,10 @@ int shs__poll(shs_ctx_t *ctx);
  * a wait this long is waiting for. */
 #define SHS__IDLE_SLEEP_MAX_NS 50000L
 
-/* A bounded wait: counts empty polls, sleeps past its spin budget and
- * measures the timeout from the first clock reading, at most
- * SHS__CLOCK_EVERY polls after the wait (or its last progress) began. */
+/* A bounded wait: counts empty polls, sleeps past SHS_POLL_SPIN of them
+ * (runtime/config.c gives the default's reason) and measures the timeout
+ * from the first clock reading, at most SHS__CLOCK_EVERY polls after the
+ * wait (or its last progress) began. */
 typedef struct shs__waiter {
     unsigned empty;
     unsigned spin;  /* empty polls before sleeping */
@@ -321,10 +320,13 @@ typedef struct shs__waiter {
     shs__deadline_t dl;
 } shs__waiter_t;
 
-static inline void shs__waiter_init(shs__waiter_t *w, int timeout_ms, int spin)
+/* timeout_ms < 0: SHS_OP_TIMEOUT_MS. */
+static inline void shs__waiter_init(shs__waiter_t *w, const shs_ctx_t *ctx, int timeout_ms)
 {
+    if (timeout_ms < 0)
+        timeout_ms = ctx->cfg.op_timeout_ms;
     w->empty = 0;
-    w->spin = spin < 0 ? 0u : (unsigned)spin;
+    w->spin = ctx->cfg.poll_spin < 0 ? 0u : (unsigned)ctx->cfg.poll_spin;
     w->nap_ns = 1000;
     w->armed = false;
     w->timeout_ms = timeout_ms;
