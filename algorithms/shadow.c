@@ -88,6 +88,7 @@ struct shs_shadow {
     uint32_t min_interval_us;
     char pin[64];
     shs__bmuf_coef_t bmuf;
+    int bmuf_nesterov;      /* -1: auto (on in shs_shadow_sync, off in the background) */
     float alpha;
     int wait_ms;
     int backoff_us;
@@ -1232,6 +1233,8 @@ static void *shadow_main(void *arg)
     shs_shadow_t *sh = arg;
     pin_self(sh);
     (void)ftz_enter(); /* this thread's own state: nothing to restore */
+    /* S-BMUF: no look-ahead by default (shadow.h says why) */
+    sh->bmuf.nesterov = sh->bmuf_nesterov > 0;
     for (;;) {
         if (stop_requested(sh)) {
             if (eff_path(sh) != SHS_SHADOW_PATH_RING || sh->leaving)
@@ -1322,6 +1325,7 @@ shs_status_t shs_shadow_sync(shs_shadow_t *sh)
     if (atomic_load(&sh->running) || sh->poisoned)
         return SHS_ERR_BAD_STATE;
     unsigned csr = ftz_enter(); /* the caller's thread: restored below */
+    sh->bmuf.nesterov = sh->bmuf_nesterov != 0; /* FR-BMUF: look-ahead by default */
     shs_status_t st = run_round(sh);
     ftz_leave(csr);
     return st;
@@ -1433,8 +1437,7 @@ static shs_status_t resolve_params(shs_shadow_t *sh, const shs_shadow_params_t *
         sh->bmuf.eta = p->bmuf_eta;
     if (m & SHS_SHADOW_PARAM_BMUF_ZETA)
         sh->bmuf.zeta = p->bmuf_zeta;
-    if (m & SHS_SHADOW_PARAM_BMUF_NESTEROV)
-        sh->bmuf.nesterov = p->bmuf_nesterov != 0;
+    sh->bmuf_nesterov = (m & SHS_SHADOW_PARAM_BMUF_NESTEROV) ? p->bmuf_nesterov != 0 : -1;
     sh->alpha = (m & SHS_SHADOW_PARAM_EASGD_ALPHA) ? p->easgd_alpha
                                                    : shs__easgd_default_alpha(sh->size);
     sh->wait_ms = (m & SHS_SHADOW_PARAM_WAIT_TIMEOUT) ? p->wait_timeout_ms : cfg.shadow_wait_ms;

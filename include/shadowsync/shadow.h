@@ -60,7 +60,13 @@
  *                     ranks, and a block momentum D: G = mean - w_g;
  *                     D = eta*D + zeta*G; result = w_g + D + eta*D
  *                     (Nesterov) or w_g + D; w_g = result.
- *                     Defaults eta = 1 - 1/N, zeta = 1, Nesterov on.
+ *                     Defaults eta = 1 - 1/N, zeta = 1; Nesterov on in
+ *                     foreground rounds (shs_shadow_sync, FR-BMUF) and off
+ *                     on the shadow thread (S-BMUF) unless bmuf_nesterov is
+ *                     set: a background result lands about one round after
+ *                     its snapshot, and the look-ahead on top of momentum
+ *                     1 - 1/N then diverged (4 ranks, CTR trainer: eval NE
+ *                     above 1; without it 0.8315, 0.07 % from one process).
  *   SHS_SHADOW_EASGD  a center model c sharded over the ranks (rank k owns a
  *                     contiguous slice). Each round: read the center slices
  *                     of the group's members (RDMA READ, no lock: a slice may
@@ -186,7 +192,8 @@ typedef struct shs_shadow_params {
                                          "none"; default: the SHS_SHADOW_PIN knob */
     float bmuf_eta;                   /* block momentum; default 1 - 1/N */
     float bmuf_zeta;                  /* block learning rate; default 1 */
-    int bmuf_nesterov;                /* nonzero: Nesterov look-ahead; default 1 */
+    int bmuf_nesterov;                /* nonzero: Nesterov look-ahead; default: on in
+                                         shs_shadow_sync, off on the shadow thread */
     float easgd_alpha;                /* moving rate; default 0.5 / N */
     int wait_timeout_ms;              /* bound on waiting for one peer's snapshot or
                                          inbox credit; default SHS_SHADOW_WAIT_MS */
