@@ -401,11 +401,11 @@ typedef enum want {
  * Poll the published headers of the peers (indexes into grp->ranks) whose
  * state is PEER_PENDING until each satisfies `want` for round r, stopped, or
  * the wait bound passes. Peers that satisfy it become PEER_OK, the others
- * PEER_SKIP. Returns SHS_ERR_CANCELED when a stop was requested, else the
- * first error seen (SHS_OK when every peer answered).
+ * PEER_SKIP. Returns SHS_ERR_CANCELED when a stop was requested (and
+ * cancellable), else the first error seen (SHS_OK when every peer answered).
  */
 static shs_status_t wait_headers(shs_shadow_t *sh, const shs_group_t *grp, want_t want,
-                                 uint64_t r)
+                                 uint64_t r, bool cancellable)
 {
     int s = (int)(r & 1);
     shs_status_t result = SHS_OK;
@@ -477,7 +477,7 @@ static shs_status_t wait_headers(shs_shadow_t *sh, const shs_group_t *grp, want_
         }
         if (pending == 0)
             break;
-        if (stop_requested(sh)) {
+        if (cancellable && stop_requested(sh)) {
             result = SHS_ERR_CANCELED;
             break;
         }
@@ -544,7 +544,7 @@ static shs_status_t guard_slot(shs_shadow_t *sh, uint64_t r)
             any = true;
         }
     }
-    return any ? wait_headers(sh, &old, WANT_PUBLISHED, r - 1) : SHS_OK;
+    return any ? wait_headers(sh, &old, WANT_PUBLISHED, r - 1, true) : SHS_OK;
 }
 
 /* ------------------------------------------------------------ the mean */
@@ -735,11 +735,16 @@ static shs_status_t round_pull(shs_shadow_t *sh, uint64_t r, const shs_group_t *
 
     /* each pass waits for the stamps, reads, and checks the stamps again; a
      * pass that saw a torn or failed read starts over with the members that
-     * are still good, within one wait bound for the whole round */
+     * are still good, within one wait bound for the whole round. A stop
+     * request does not cancel a published round: the members read this
+     * rank's round-r snapshot and move towards it, so this rank must move
+     * too (a rank that stopped here without applying broke the sum; its
+     * peers are alive or marked stopped, so the round ends within a round's
+     * time or the wait bound) */
     shs__deadline_t dl = shs__deadline_in_ms(sh->wait_ms);
     reset_states(sh, grp);
     for (;;) {
-        shs_status_t st = wait_headers(sh, grp, WANT_SLOT_ROUND, r);
+        shs_status_t st = wait_headers(sh, grp, WANT_SLOT_ROUND, r, false);
         if (st == SHS_ERR_CANCELED)
             return st;
         err = first_error(err, st);
@@ -748,8 +753,6 @@ static shs_status_t round_pull(shs_shadow_t *sh, uint64_t r, const shs_group_t *
         if (st == SHS_OK && verify_stamps(sh, grp, r, &err))
             break;
         err = first_error(err, st);
-        if (stop_requested(sh))
-            return SHS_ERR_CANCELED;
         if (shs__deadline_passed(dl))
             return first_error(err, SHS_ERR_TIMEOUT); /* the round changes nothing */
         reread_ok(sh, grp);

@@ -573,8 +573,17 @@ shs_status_t shs_wait_imm_match(shs_ctx_t *ctx, int peer, uint32_t mask, uint32_
         return SHS_ERR_BAD_STATE;
     shs__waiter_t w;
     shs__waiter_init(&w, ctx, timeout_ms);
+    bool drained = false;
     for (;;) {
         shs_status_t status = try_imm(ctx, peer, mask, match, peer_p, imm_p);
+        if (status == SHS_ERR_PEER_FAILED && !drained) {
+            /* an immediate that arrived before the peer left may still sit
+             * in the completion queue: take what is there first */
+            drained = true;
+            if (shs__poll(ctx) < 0)
+                return SHS_ERR_DEVICE;
+            continue;
+        }
         if (status != SHS_ERR_TIMEOUT)
             return status;
         int n = shs__poll(ctx);

@@ -372,6 +372,12 @@ static void case_kill(shs_ctx_t *ctx)
         CHECK_OK(shs_wait_imm(ctx, 0, NULL, &imm, 60000));
         CHECK_OK(shs_write_imm(ctx, 0, buf, 0, buf, 0, 16, imm + 1, 0));
         CHECK_OK(shs_flush(ctx, 0, SHS_TIMEOUT_DEFAULT));
+        /* no barrier with rank 1 dead: stay until rank 0 has left (its
+         * disconnect), else rank 0's flush above may find this rank gone
+         * (an orderly disconnect fails the peer) and fail the test */
+        double t0 = now_s();
+        while (shs_ctx_peer_status(ctx, 0, NULL) == SHS_OK && now_s() - t0 < 60)
+            usleep(10000);
     }
     shs_region_destroy(buf);
 }
