@@ -326,6 +326,7 @@ typedef struct counter {
     float *w;
     atomic_bool *quit;
     unsigned long adds;
+    float inc; /* what one add adds (exact in float for the sums here) */
     int id;
 } counter_t;
 
@@ -339,7 +340,7 @@ static void *counter_main(void *arg)
     while (!atomic_load_explicit(c->quit, memory_order_relaxed)) {
         x = x * 1103515245u + 12345u;
         size_t i = ((x >> 8) % (N_ELEMS / 2)) * 2 + (size_t)c->id;
-        c->w[i] += 1.0f;
+        c->w[i] += c->inc;
         c->adds++;
     }
     return NULL;
@@ -353,7 +354,7 @@ static void *counter_main(void *arg)
  * application (a handful). A corrupted, torn or misapplied round shows as a
  * large difference either way.
  */
-static void case_conserve(shs_ctx_t *ctx, shs_region_t *model)
+static void case_conserve(shs_ctx_t *ctx, shs_region_t *model, bool staggered)
 {
     int n = shs_ctx_size(ctx);
     float *w = shs_region_addr(model);
@@ -373,18 +374,42 @@ static void case_conserve(shs_ctx_t *ctx, shs_region_t *model)
     pthread_t th[2];
     CHECK_OK(shs_shadow_start(sh));
     for (int i = 0; i < 2; i++) {
-        c[i] = (counter_t){.w = w, .quit = &quit, .id = i};
+        /* staggered: the ranks add at different rates, so their models
+         * differ at every round, and stop one after the other while the
+         * workers still add: a rank that stopped without applying a round
+         * its peers applied with its snapshot breaks the sum */
+        c[i] = (counter_t){.w = w, .quit = &quit, .id = i,
+                           .inc = staggered ? (float)(g_rank + 1) : 1.0f};
         if (pthread_create(&th[i], NULL, counter_main, &c[i]) != 0)
             fail("worker thread");
     }
-    wait_rounds(sh, 8);
-    atomic_store(&quit, true);
-    for (int i = 0; i < 2; i++)
-        pthread_join(th[i], NULL);
     shs_shadow_stats_t s;
-    CHECK_OK(shs_shadow_stats(sh, &s));
-    wait_rounds(sh, s.rounds + 3); /* rounds with the workers done */
-    CHECK_OK(shs_shadow_stop(sh));
+    if (staggered) {
+        /* round numbers, not synced rounds: the last rank to stop runs
+         * rounds alone, which do not count as syncs */
+        uint64_t until = 6 + 3 * (uint64_t)g_rank;
+        double t0 = now_s();
+        while (shs_shadow_round(sh) < until) {
+            if (now_s() - t0 > RUN_BOUND_S)
+                fail("stop-conserve: round %llu of %llu in %.0f s",
+                     (unsigned long long)shs_shadow_round(sh), (unsigned long long)until,
+                     RUN_BOUND_S);
+            usleep(2000);
+        }
+        CHECK_OK(shs_shadow_stop(sh));
+        CHECK_OK(shs_ctx_barrier(ctx)); /* every rank stopped; then the workers */
+        atomic_store(&quit, true);
+        for (int i = 0; i < 2; i++)
+            pthread_join(th[i], NULL);
+    } else {
+        wait_rounds(sh, 8);
+        atomic_store(&quit, true);
+        for (int i = 0; i < 2; i++)
+            pthread_join(th[i], NULL);
+        CHECK_OK(shs_shadow_stats(sh, &s));
+        wait_rounds(sh, s.rounds + 3); /* rounds with the workers done */
+        CHECK_OK(shs_shadow_stop(sh));
+    }
     CHECK_OK(shs_shadow_stats(sh, &s));
     if (s.errors != 0)
         fail("conserve: %llu rounds with errors (%s)", (unsigned long long)s.errors,
@@ -394,7 +419,7 @@ static void case_conserve(shs_ctx_t *ctx, shs_region_t *model)
     mine[0] = 0;
     for (size_t i = 0; i < N_ELEMS; i++)
         mine[0] += w[i];
-    mine[1] = (double)(c[0].adds + c[1].adds);
+    mine[1] = (double)(c[0].adds + c[1].adds) * (double)c[0].inc;
     CHECK_OK(shs_ctx_barrier(ctx));
     if (g_rank == 0) {
         double total = mine[0], adds = mine[1];
@@ -405,9 +430,9 @@ static void case_conserve(shs_ctx_t *ctx, shs_region_t *model)
             adds += mine[9];
         }
         double lost = initial + adds - total;
-        printf("conserve: %.0f increments over %llu rounds, sum off by %.3f (lost increments "
+        printf("conserve%s: %.0f added over %llu rounds, sum off by %.3f (lost increments "
                "or rounding)\n",
-               adds, (unsigned long long)s.rounds, lost);
+               staggered ? " (staggered stops)" : "", adds, (unsigned long long)s.rounds, lost);
         /* the Hogwild races of shs__delta_apply (rules.h): a worker's
          * increment lost (lost > 0) or a round's move of one element lost
          * under a worker's read-modify-write (either sign; seen: -39.75 of
@@ -461,7 +486,7 @@ int main(int argc, char **argv)
 {
     if (argc != 2) {
         fprintf(stderr,
-                "usage: shs-launch -n 4 -- %s ma-all|ma-ds|ring-all|ring-ds|easgd|stop|stop-ring|conserve|bmuf\n",
+                "usage: shs-launch -n 4 -- %s ma-all|ma-ds|ring-all|ring-ds|easgd|stop|stop-ring|conserve|stop-conserve|bmuf\n",
                 argv[0]);
         return RC_FAIL;
     }
@@ -497,7 +522,9 @@ int main(int argc, char **argv)
     else if (strcmp(which, "stop-ring") == 0)
         case_stop(ctx, model, true);
     else if (strcmp(which, "conserve") == 0)
-        case_conserve(ctx, model);
+        case_conserve(ctx, model, false);
+    else if (strcmp(which, "stop-conserve") == 0)
+        case_conserve(ctx, model, true);
     else if (strcmp(which, "bmuf") == 0)
         case_bmuf(ctx, model);
     else
