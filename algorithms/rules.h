@@ -38,6 +38,17 @@ typedef struct shs__bmuf_coef {
  * Huo, 2016). n = 1 gives eta = 0 (plain averaging of a single model). */
 shs__bmuf_coef_t shs__bmuf_defaults(int nranks);
 
+/* The shadow thread's default block momentum is at most this, without the
+ * look-ahead. Its result reaches the workers one round after its snapshot
+ * (they train on meanwhile), a delayed feedback: in a scalar model where the
+ * workers cover a fraction c of the way to the optimum per round, that loop
+ * is stable for every c <= 1 only up to eta ~0.7 (0.45 with the look-ahead),
+ * while the foreground rule is stable at 0.75 with it. Measured (4 ranks, CTR
+ * trainer, averaged model's eval NE): 0.75 with look-ahead > 1 (diverged),
+ * 0.75 without 0.8547 (worse than no sync, 0.8436), 0.5 without 0.8327 (FR-BMUF
+ * 0.8337), 0.25 without 0.8350. */
+#define SHS__BMUF_BG_ETA_MAX 0.5f
+
 /* One BMUF block update, in place (w_g: the result of the previous block,
  * the model the ranks started this block from):
  *     G   = mean - w_g

@@ -87,8 +87,8 @@ struct shs_shadow {
     shs_shadow_path_t path;
     uint32_t min_interval_us;
     char pin[64];
-    shs__bmuf_coef_t bmuf;
-    int bmuf_nesterov;      /* -1: auto (on in shs_shadow_sync, off in the background) */
+    shs__bmuf_coef_t bmuf;  /* what the rounds use: bmuf_fg or bmuf_bg */
+    shs__bmuf_coef_t bmuf_fg, bmuf_bg; /* foreground rounds, the shadow thread */
     float alpha;
     int wait_ms;
     int backoff_us;
@@ -1236,8 +1236,7 @@ static void *shadow_main(void *arg)
     shs_shadow_t *sh = arg;
     pin_self(sh);
     (void)ftz_enter(); /* this thread's own state: nothing to restore */
-    /* S-BMUF: no look-ahead by default (shadow.h says why) */
-    sh->bmuf.nesterov = sh->bmuf_nesterov > 0;
+    sh->bmuf = sh->bmuf_bg; /* S-BMUF's defaults (shadow.h) */
     for (;;) {
         if (stop_requested(sh)) {
             if (eff_path(sh) != SHS_SHADOW_PATH_RING || sh->leaving)
@@ -1328,7 +1327,7 @@ shs_status_t shs_shadow_sync(shs_shadow_t *sh)
     if (atomic_load(&sh->running) || sh->poisoned)
         return SHS_ERR_BAD_STATE;
     unsigned csr = ftz_enter(); /* the caller's thread: restored below */
-    sh->bmuf.nesterov = sh->bmuf_nesterov != 0; /* FR-BMUF: look-ahead by default */
+    sh->bmuf = sh->bmuf_fg; /* FR-BMUF's defaults */
     shs_status_t st = run_round(sh);
     ftz_leave(csr);
     return st;
@@ -1435,12 +1434,21 @@ static shs_status_t resolve_params(shs_shadow_t *sh, const shs_shadow_params_t *
     snprintf(sh->pin, sizeof(sh->pin), "%s",
              (m & SHS_SHADOW_PARAM_PIN_CPUS) && p->pin_cpus != NULL ? p->pin_cpus
                                                                      : cfg.shadow_pin);
-    sh->bmuf = shs__bmuf_defaults(sh->size);
+    /* BMUF: the paper's defaults in the foreground; on the shadow thread,
+     * where a result reaches the workers a round late, no look-ahead and a
+     * block momentum of at most 0.5 (shadow.h gives the figures) */
+    sh->bmuf_fg = shs__bmuf_defaults(sh->size);
+    sh->bmuf_bg = sh->bmuf_fg;
+    sh->bmuf_bg.nesterov = false;
+    if (sh->bmuf_bg.eta > SHS__BMUF_BG_ETA_MAX)
+        sh->bmuf_bg.eta = SHS__BMUF_BG_ETA_MAX;
     if (m & SHS_SHADOW_PARAM_BMUF_ETA)
-        sh->bmuf.eta = p->bmuf_eta;
+        sh->bmuf_fg.eta = sh->bmuf_bg.eta = p->bmuf_eta;
     if (m & SHS_SHADOW_PARAM_BMUF_ZETA)
-        sh->bmuf.zeta = p->bmuf_zeta;
-    sh->bmuf_nesterov = (m & SHS_SHADOW_PARAM_BMUF_NESTEROV) ? p->bmuf_nesterov != 0 : -1;
+        sh->bmuf_fg.zeta = sh->bmuf_bg.zeta = p->bmuf_zeta;
+    if (m & SHS_SHADOW_PARAM_BMUF_NESTEROV)
+        sh->bmuf_fg.nesterov = sh->bmuf_bg.nesterov = p->bmuf_nesterov != 0;
+    sh->bmuf = sh->bmuf_fg;
     sh->alpha = (m & SHS_SHADOW_PARAM_EASGD_ALPHA) ? p->easgd_alpha
                                                    : shs__easgd_default_alpha(sh->size);
     sh->wait_ms = (m & SHS_SHADOW_PARAM_WAIT_TIMEOUT) ? p->wait_timeout_ms : cfg.shadow_wait_ms;

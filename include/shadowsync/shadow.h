@@ -60,13 +60,15 @@
  *                     ranks, and a block momentum D: G = mean - w_g;
  *                     D = eta*D + zeta*G; result = w_g + D + eta*D
  *                     (Nesterov) or w_g + D; w_g = result.
- *                     Defaults eta = 1 - 1/N, zeta = 1; Nesterov on in
- *                     foreground rounds (shs_shadow_sync, FR-BMUF) and off
- *                     on the shadow thread (S-BMUF) unless bmuf_nesterov is
- *                     set: a background result lands about one round after
- *                     its snapshot, and the look-ahead on top of momentum
- *                     1 - 1/N then diverged (4 ranks, CTR trainer: eval NE
- *                     above 1; without it 0.8315, 0.07 % from one process).
+ *                     Defaults: zeta = 1; in foreground rounds
+ *                     (shs_shadow_sync, FR-BMUF) eta = 1 - 1/N with
+ *                     Nesterov, as in the BMUF paper; on the shadow thread
+ *                     (S-BMUF) eta = min(1 - 1/N, 0.5) without it, unless
+ *                     set. A background result lands about a round after
+ *                     its snapshot, and momentum 1 - 1/N on that delayed
+ *                     loop diverged (4 ranks, CTR trainer: eval NE above 1
+ *                     with the look-ahead, 0.855 without, worse than no
+ *                     sync; 0.833 with eta 0.5, as good as FR-BMUF).
  *   SHS_SHADOW_EASGD  a center model c sharded over the ranks (rank k owns a
  *                     contiguous slice). Each round: read the center slices
  *                     of the group's members (RDMA READ, no lock: a slice may
@@ -190,7 +192,8 @@ typedef struct shs_shadow_params {
                                          or "2-3", "auto" (the last CPU this process
                                          may use: leave the low CPUs to the workers) or
                                          "none"; default: the SHS_SHADOW_PIN knob */
-    float bmuf_eta;                   /* block momentum; default 1 - 1/N */
+    float bmuf_eta;                   /* block momentum; default 1 - 1/N in shs_shadow_sync,
+                                         min(1 - 1/N, 0.5) on the shadow thread */
     float bmuf_zeta;                  /* block learning rate; default 1 */
     int bmuf_nesterov;                /* nonzero: Nesterov look-ahead; default: on in
                                          shs_shadow_sync, off on the shadow thread */

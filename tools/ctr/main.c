@@ -75,6 +75,8 @@ typedef struct opts {
     const char *fault_cmd; /* ... or runs this shell command instead (and trains on) */
     double hold_s;   /* S modes: after the pass, keep syncing until a peer failure is
                         seen or this many seconds pass (fault tests) */
+    float bmuf_eta, bmuf_zeta, easgd_alpha; /* < 0: the engine's default */
+    int bmuf_nesterov;                      /* < 0: the engine's default */
 } opts_t;
 
 typedef struct run {
@@ -214,7 +216,9 @@ static void usage(FILE *f)
             "  --fault-cmd CMD   with --kill-rank: run the shell command CMD instead of\n"
             "                    SIGKILL (e.g. power the guest off, take its link down)\n"
             "  --hold S          S modes: after the pass keep syncing until a failed peer\n"
-            "                    is seen or S seconds pass (fault tests)\n");
+            "                    is seen or S seconds pass (fault tests)\n"
+            "  --bmuf-eta E --bmuf-zeta Z --bmuf-nesterov 0|1 --easgd-alpha A\n"
+            "                    the rules' parameters (default: the engine's, shadow.h)\n");
 }
 
 static void parse(int argc, char **argv, opts_t *o)
@@ -236,6 +240,8 @@ static void parse(int argc, char **argv, opts_t *o)
     o->pin = "none";
     o->checkpoints = 6;
     o->kill_rank = -1;
+    o->bmuf_eta = o->bmuf_zeta = o->easgd_alpha = -1.0f;
+    o->bmuf_nesterov = -1;
     o->kill_at = 0.5;
     static const struct option lo[] = {
         {"mode", 1, NULL, 'm'},     {"ds", 1, NULL, 'g'},        {"workers", 1, NULL, 'w'},
@@ -248,6 +254,8 @@ static void parse(int argc, char **argv, opts_t *o)
         {"worker-nice", 1, NULL, 'n'},  {"lr-end", 1, NULL, 'e'},
         {"kill-rank", 1, NULL, 'X'},    {"kill-at", 1, NULL, 'Y'},
         {"fault-cmd", 1, NULL, 'F'},    {"hold", 1, NULL, 'O'},
+        {"bmuf-eta", 1, NULL, 'a'},     {"bmuf-zeta", 1, NULL, 'z'},
+        {"bmuf-nesterov", 1, NULL, 'N'}, {"easgd-alpha", 1, NULL, 'A'},
         {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -278,6 +286,10 @@ static void parse(int argc, char **argv, opts_t *o)
         case 'Y': o->kill_at = atof(optarg); break;
         case 'F': o->fault_cmd = optarg; break;
         case 'O': o->hold_s = atof(optarg); break;
+        case 'a': o->bmuf_eta = (float)atof(optarg); break;
+        case 'z': o->bmuf_zeta = (float)atof(optarg); break;
+        case 'N': o->bmuf_nesterov = atoi(optarg); break;
+        case 'A': o->easgd_alpha = (float)atof(optarg); break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); exit(2);
         }
@@ -353,6 +365,23 @@ static void shadow_params(const run_t *r, shs_shadow_params_t *p)
     if (r->o.pin != NULL) {
         p->field_mask |= SHS_SHADOW_PARAM_PIN_CPUS;
         p->pin_cpus = r->o.pin;
+    }
+    /* out-of-range values reach the engine, which refuses them */
+    if (r->o.bmuf_eta >= 0) {
+        p->field_mask |= SHS_SHADOW_PARAM_BMUF_ETA;
+        p->bmuf_eta = r->o.bmuf_eta;
+    }
+    if (r->o.bmuf_zeta >= 0) {
+        p->field_mask |= SHS_SHADOW_PARAM_BMUF_ZETA;
+        p->bmuf_zeta = r->o.bmuf_zeta;
+    }
+    if (r->o.bmuf_nesterov >= 0) {
+        p->field_mask |= SHS_SHADOW_PARAM_BMUF_NESTEROV;
+        p->bmuf_nesterov = r->o.bmuf_nesterov;
+    }
+    if (r->o.easgd_alpha >= 0) {
+        p->field_mask |= SHS_SHADOW_PARAM_EASGD_ALPHA;
+        p->easgd_alpha = r->o.easgd_alpha;
     }
 }
 
