@@ -35,8 +35,8 @@ static shs_status_t parse_token(const knob_t *k, const char *val, void *field);
 static shs_status_t parse_enum(const knob_t *k, const char *val, void *field);
 static shs_status_t parse_log(const knob_t *k, const char *val, void *field);
 
-static const char *const connect_words[] = {"rdmacm", "oob", NULL};
-static const int connect_values[] = {SHS_CONNECT_RDMACM, SHS_CONNECT_OOB};
+static const char *const connect_words[] = {"auto", "rdmacm", "oob", NULL};
+static const int connect_values[] = {SHS_CONNECT_AUTO, SHS_CONNECT_RDMACM, SHS_CONNECT_OOB};
 static const char *const tri_words[] = {"auto", "off", "on", "0", "1", NULL};
 static const int tri_values[] = {SHS_TRI_AUTO, SHS_TRI_OFF, SHS_TRI_ON, SHS_TRI_OFF, SHS_TRI_ON};
 
@@ -90,9 +90,12 @@ static const knob_t knobs[] = {
      * configuration; a fixed index is right on one host and wrong on the next. */
     KNOB_INT_AUTO("SHS_GID_INDEX", gid_index, "auto", 0, 65535,
                   "GID table index; auto = RoCEv2 with an IPv4-mapped address preferred"),
-    /* rdmacm: what RoCE users expect, and it resolves GID and route itself. */
-    KNOB_ENUM("SHS_CONNECT", connect_mode, "rdmacm", connect_words, connect_values,
-              "how QPs are connected: rdmacm, or oob (GID/QPN/PSN over the bootstrap)"),
+    /* auto: rdmacm where it works from the GID alone, RoCE (what RoCE users
+     * expect; it resolves GID and route itself); oob on InfiniBand, whose
+     * GIDs carry no IP address for rdma_cm to bind (IPoIB addresses would). */
+    KNOB_ENUM("SHS_CONNECT", connect_mode, "auto", connect_words, connect_values,
+              "how QPs are connected: rdmacm, oob (GID/QPN/PSN over the bootstrap), or "
+              "auto = rdmacm on RoCE, oob on InfiniBand"),
     /* 1: one RC QP per peer saturates a link for large one-sided transfers. */
     KNOB_INT("SHS_QPS_PER_PEER", qps_per_peer, "1", 1, 16, "RC queue pairs per peer"),
     /* 15 s: address and route resolution take milliseconds, but ARP or an SM

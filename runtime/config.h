@@ -19,7 +19,9 @@
 
 typedef enum shs__connect_mode {
     SHS_CONNECT_RDMACM = 0, /* librdmacm address/route resolution */
-    SHS_CONNECT_OOB = 1     /* GID/QPN/PSN exchanged over the bootstrap */
+    SHS_CONNECT_OOB = 1,    /* GID/QPN/PSN exchanged over the bootstrap */
+    SHS_CONNECT_AUTO = 2    /* rdmacm on RoCE, oob on InfiniBand (resolved when the
+                               device is open) */
 } shs__connect_mode_t;
 
 typedef enum shs__tristate {

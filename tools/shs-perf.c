@@ -164,7 +164,7 @@ static void usage(FILE *f)
         "  -b, --bidirectional     both sides send (bandwidth)\n"
         "  -D, --duration S        run S seconds instead of -n iterations\n"
         "  -p, --port N            bootstrap port (default %d)\n"
-        "  -R, --rdma_cm           connect with rdma_cm (the library's default)\n"
+        "  -R, --rdma_cm           connect with rdma_cm (the library's default on RoCE)\n"
         "      --oob               connect with GID/QPN exchange over the bootstrap\n"
         "      --report_gbits      bandwidth in Gb/s (default MB/s, MB = 2^20 bytes)\n"
         "      --json              one JSON object per size instead of the table\n"

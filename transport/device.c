@@ -83,8 +83,15 @@ static shs_status_t open_verbs(shs_ctx_t *ctx)
     shs_status_t status;
     int n = 0;
 
-    if (ctx->cfg.connect_mode == SHS_CONNECT_RDMACM) {
+    if (ctx->cfg.connect_mode != SHS_CONNECT_OOB) {
+        /* rdma_cm ids only work on the contexts rdma_cm opened */
         struct ibv_context **list = rdma_get_devices(&n);
+        if (list == NULL && ctx->cfg.connect_mode == SHS_CONNECT_AUTO) {
+            SHS_INFO("rdma_get_devices failed: %s; connecting with oob (SHS_CONNECT)",
+                     strerror(errno));
+            ctx->cfg.connect_mode = SHS_CONNECT_OOB;
+            return open_verbs(ctx);
+        }
         if (list == NULL) {
             SHS_ERROR("rdma_get_devices failed: %s (is rdma_ucm loaded?)", strerror(errno));
             return SHS_ERR_NO_DEVICE;
@@ -138,6 +145,10 @@ shs_status_t shs__device_open(shs_ctx_t *ctx)
     if (ctx->port_attr.link_layer == IBV_LINK_LAYER_ETHERNET && !ctx->gid.roce_v2)
         SHS_WARN("%s port %d: gid %d is not RoCE v2; routing across subnets will fail",
                  ctx->dev_name, ctx->port, ctx->gid.index);
+    if (ctx->cfg.connect_mode == SHS_CONNECT_AUTO)
+        ctx->cfg.connect_mode = ctx->port_attr.link_layer == IBV_LINK_LAYER_ETHERNET
+                                    ? SHS_CONNECT_RDMACM
+                                    : SHS_CONNECT_OOB;
 
     ctx->cfg.qp_timeout = shs__qp_timeout_for(ctx->cfg.qp_timeout, ctx->dev_attr.vendor_id);
     SHS_INFO("%s: vendor id 0x%x, ack timeout exponent %d (%.0f ms)", ctx->dev_name,

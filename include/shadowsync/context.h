@@ -29,7 +29,9 @@ extern "C" {
 /* Opaque: the layout is private to the library. */
 typedef struct shs_ctx shs_ctx_t;
 
-/* How connections are made (shs_ctx_params_t.connect_mode, SHS_CONNECT). */
+/* How connections are made (shs_ctx_params_t.connect_mode, SHS_CONNECT).
+ * Unset (no field bit, SHS_CONNECT unset or "auto"): rdma_cm on RoCE, OOB on
+ * InfiniBand, whose GIDs carry no IP address for rdma_cm. */
 typedef enum shs_connect_mode {
     SHS_CONNECT_MODE_RDMACM = 0, /* librdmacm: address/route resolution, CM handshake */
     SHS_CONNECT_MODE_OOB = 1     /* GID/QPN/PSN exchanged over the bootstrap */

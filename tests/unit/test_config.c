@@ -40,7 +40,7 @@ START_TEST(test_defaults)
     ck_assert_str_eq(c.device, "");
     ck_assert_int_eq(c.ib_port, 0);
     ck_assert_int_eq(c.gid_index, -1);
-    ck_assert_int_eq(c.connect_mode, SHS_CONNECT_RDMACM);
+    ck_assert_int_eq(c.connect_mode, SHS_CONNECT_AUTO);
     ck_assert_int_eq(c.qps_per_peer, 1);
     ck_assert_int_eq(c.connect_timeout_ms, 15000);
     ck_assert_int_eq(c.qp_timeout, -1); /* auto: chosen per device */
