@@ -745,8 +745,6 @@ static shs_status_t round_pull(shs_shadow_t *sh, uint64_t r, const shs_group_t *
     reset_states(sh, grp);
     for (;;) {
         shs_status_t st = wait_headers(sh, grp, WANT_SLOT_ROUND, r, false);
-        if (st == SHS_ERR_CANCELED)
-            return st;
         err = first_error(err, st);
         int members = 0;
         st = pull_mean(sh, grp, sh->pub, slot_off(sh, s), sh->slot[s], &members);
@@ -1315,6 +1313,8 @@ shs_status_t shs_shadow_stop(shs_shadow_t *sh)
     pthread_cond_broadcast(&sh->cond);
     pthread_mutex_unlock(&sh->lock);
     pthread_join(sh->thread, NULL);
+    /* a foreground round after the stop must not see the request */
+    atomic_store_explicit(&sh->stop_req, false, memory_order_release);
     stat_add(&sh->run_ns_total, shs__now_ns() - atomic_load(&sh->run_start_ns));
     atomic_store(&sh->running, 0);
     return SHS_OK;

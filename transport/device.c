@@ -86,9 +86,11 @@ static shs_status_t open_verbs(shs_ctx_t *ctx)
     if (ctx->cfg.connect_mode != SHS_CONNECT_OOB) {
         /* rdma_cm ids only work on the contexts rdma_cm opened */
         struct ibv_context **list = rdma_get_devices(&n);
-        if (list == NULL && ctx->cfg.connect_mode == SHS_CONNECT_AUTO) {
-            SHS_INFO("rdma_get_devices failed: %s; connecting with oob (SHS_CONNECT)",
-                     strerror(errno));
+        if ((list == NULL || n == 0) && ctx->cfg.connect_mode == SHS_CONNECT_AUTO) {
+            SHS_INFO("rdma_cm sees no device (%s); connecting with oob (SHS_CONNECT)",
+                     list == NULL ? strerror(errno) : "empty list");
+            if (list != NULL)
+                rdma_free_devices(list);
             ctx->cfg.connect_mode = SHS_CONNECT_OOB;
             return open_verbs(ctx);
         }

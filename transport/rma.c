@@ -578,9 +578,13 @@ shs_status_t shs_wait_imm_match(shs_ctx_t *ctx, int peer, uint32_t mask, uint32_
         shs_status_t status = try_imm(ctx, peer, mask, match, peer_p, imm_p);
         if (status == SHS_ERR_PEER_FAILED && !drained) {
             /* an immediate that arrived before the peer left may still sit
-             * in the completion queue: take what is there first */
+             * in the completion queue (shared by all peers): take all that is
+             * there first */
             drained = true;
-            if (shs__poll(ctx) < 0)
+            int n;
+            while ((n = shs__poll(ctx)) == SHS__WC_BATCH)
+                ;
+            if (n < 0)
                 return SHS_ERR_DEVICE;
             continue;
         }

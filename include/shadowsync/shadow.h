@@ -271,8 +271,11 @@ SHS_API shs_status_t shs_shadow_start(shs_shadow_t *shadow);
 /*
  * shs_shadow_stop - ask the thread to finish its current round, mark this
  * rank stopped in its published header (peers that would read it in later
- * rounds skip it without waiting), and join the thread. Bounded by one
- * round's worst case (wait_timeout_ms per peer). Workers may keep writing
+ * rounds skip it without waiting), and join the thread. A round whose
+ * snapshot this rank already published is completed first (its peers apply
+ * it with this rank's snapshot in their mean): bounded by about twice
+ * wait_timeout_ms when a member neither publishes nor stops, plus
+ * SHS_OP_TIMEOUT_MS per peer that died silently. Workers may keep writing
  * the model. The context returns to the caller. Not collective. Returns
  * SHS_OK (also when not running).
  */

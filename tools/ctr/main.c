@@ -366,7 +366,8 @@ static void shadow_params(const run_t *r, shs_shadow_params_t *p)
         p->field_mask |= SHS_SHADOW_PARAM_PIN_CPUS;
         p->pin_cpus = r->o.pin;
     }
-    /* out-of-range values reach the engine, which refuses them */
+    /* negative: the engine's default; other out-of-range values reach the
+     * engine, which refuses them */
     if (r->o.bmuf_eta >= 0) {
         p->field_mask |= SHS_SHADOW_PARAM_BMUF_ETA;
         p->bmuf_eta = r->o.bmuf_eta;

@@ -89,8 +89,8 @@ static void forward(const ctr_layout_t *l, const float *p, const ctr_example_t *
                (size_t)dim * sizeof(float));
     }
     float out = p[l->b2];
-    const float *restrict z = f->z;
     for (int j = 0; j < H; j++) {
+        const float *restrict z = f->z;
         const float *restrict row = p + l->w1 + (size_t)j * (size_t)in;
         /* four partial sums: a loop the compiler can vectorize (one sum
          * cannot be reordered); under QEMU TCG every scalar float operation
