@@ -16,6 +16,7 @@
 #include "runtime/clock.h"
 #include "runtime/config.h"
 #include "runtime/log.h"
+#include "transport/services.h"
 
 /* Immediate layout: channel (8 bits) | kind (2 bits) | payload (22 bits).
  * The payload carries the low bits of a sequence number that both sides
@@ -53,6 +54,7 @@ struct shs_coll {
     size_t eager_bytes;      /* per-sender slot for the first chunk of a call */
     size_t min_chunk;        /* smallest chunk of a short call */
     uint32_t chan;           /* channel << IMM_CHAN_SHIFT */
+    bool chan_taken;         /* chan is held from the context */
     int timeout_ms;
     int spin;                /* empty polls before sleeping */
     int sleep_us;            /* longest sleep (0: sched_yield) */
@@ -108,6 +110,8 @@ static shs_status_t check_same_params(shs_coll_t *coll, shs_status_t local)
         st = shs_flush(ctx, SHS_PEER_ALL, coll->timeout_ms);
     if (st == SHS_OK)
         st = shs_ctx_barrier(ctx);
+    if (st == SHS_OK && local != SHS_OK)
+        st = local; /* this rank's own reason was logged where it was found */
     for (int p = 0; p < n && st == SHS_OK; p++) {
         if (!sig[p].valid) {
             if (p != me)
@@ -147,7 +151,7 @@ static shs_status_t apply_params(shs_coll_t *coll, const shs_coll_params_t *para
     coll->stage_bytes = cfg->coll_stage;
     coll->eager_bytes = cfg->coll_eager;
     coll->min_chunk = cfg->coll_min_chunk;
-    int channel = cfg->coll_channel;
+    int channel = cfg->coll_channel; /* -1: allocated by the context */
     coll->timeout_ms = cfg->op_timeout_ms;
     coll->spin = cfg->coll_spin;
     coll->sleep_us = cfg->coll_sleep_us;
@@ -168,7 +172,6 @@ static shs_status_t apply_params(shs_coll_t *coll, const shs_coll_params_t *para
         if (m & SHS_COLL_PARAM_TIMEOUT)
             coll->timeout_ms = params->timeout_ms;
     }
-    coll->chan = (uint32_t)(channel & 0xff) << IMM_CHAN_SHIFT;
     if (coll->timeout_ms < 1)
         coll->timeout_ms = cfg->op_timeout_ms; /* the setup itself needs a bound */
     if (coll->slot_bytes < 64 || coll->slot_bytes % 8 != 0 ||
@@ -200,8 +203,8 @@ static shs_status_t apply_params(shs_coll_t *coll, const shs_coll_params_t *para
                   coll->eager_bytes);
         return SHS_ERR_CONFIG;
     }
-    if (channel < 0 || channel > 255) {
-        SHS_ERROR("collectives: channel %d: expected 0..255", channel);
+    if (channel < -1 || channel > 255) {
+        SHS_ERROR("collectives: channel %d: expected 0..255 (or unset: allocated)", channel);
         return SHS_ERR_CONFIG;
     }
     if (params != NULL && (params->field_mask & SHS_COLL_PARAM_TIMEOUT) &&
@@ -209,6 +212,13 @@ static shs_status_t apply_params(shs_coll_t *coll, const shs_coll_params_t *para
         SHS_ERROR("collectives: timeout %d ms: expected > 0", params->timeout_ms);
         return SHS_ERR_CONFIG;
     }
+    /* last: a channel taken is given back by the caller on any failure */
+    unsigned chan;
+    shs_status_t st = shs__ctx_channel_take(coll->ctx, channel, "a collective", &chan);
+    if (st != SHS_OK)
+        return st;
+    coll->chan_taken = true;
+    coll->chan = chan << IMM_CHAN_SHIFT;
     return SHS_OK;
 }
 
@@ -217,10 +227,9 @@ shs_status_t shs_coll_create(shs_ctx_t *ctx, const shs_coll_params_t *params,
 {
     if (ctx == NULL || coll_p == NULL)
         return SHS_ERR_INVALID_ARG;
-    shs__config_t cfg;
-    shs_status_t st = shs__config_load(&cfg);
-    if (st != SHS_OK)
-        return st;
+    if (shs__ctx_refused(ctx, "shs_coll_create"))
+        return SHS_ERR_BAD_STATE;
+    shs_status_t st;
     shs_coll_t *coll = calloc(1, sizeof(*coll));
     if (coll == NULL)
         return SHS_ERR_NO_MEMORY;
@@ -229,7 +238,7 @@ shs_status_t shs_coll_create(shs_ctx_t *ctx, const shs_coll_params_t *params,
     coll->size = shs_ctx_size(ctx);
     /* A bad parameter on one rank is reported to all through the check, so
      * that no rank is left waiting in a registration the others skip. */
-    st = check_same_params(coll, apply_params(coll, params, &cfg));
+    st = check_same_params(coll, apply_params(coll, params, shs__ctx_config(ctx)));
     if (st != SHS_OK)
         goto err_free;
 
@@ -259,6 +268,8 @@ shs_status_t shs_coll_create(shs_ctx_t *ctx, const shs_coll_params_t *params,
 err_destroy_inbox:
     shs_region_destroy(coll->inbox);
 err_free:
+    if (coll->chan_taken)
+        shs__ctx_channel_give(ctx, coll->chan >> IMM_CHAN_SHIFT);
     free(coll->calls_to);
     free(coll->calls_from);
     free(coll);
@@ -269,8 +280,12 @@ void shs_coll_destroy(shs_coll_t *coll)
 {
     if (coll == NULL)
         return;
+    if (shs__ctx_refused(coll->ctx, "shs_coll_destroy"))
+        return;
     shs_region_destroy(coll->stage);
     shs_region_destroy(coll->inbox);
+    if (coll->chan_taken)
+        shs__ctx_channel_give(coll->ctx, coll->chan >> IMM_CHAN_SHIFT);
     free(coll->calls_to);
     free(coll->calls_from);
     free(coll);

@@ -36,6 +36,7 @@
 #include "runtime/config.h"
 #include "runtime/log.h"
 #include "runtime/memory.h"
+#include "transport/services.h"
 
 /* Failed ranks told to peers in the header: the first FAIL_WORDS * 64 ranks
  * (a larger job still detects its failures directly, through the
@@ -95,6 +96,8 @@ struct shs_shadow {
     int nap_pct;            /* SHS_SHADOW_NAP: share of a transfer's expected time slept */
     double ns_per_byte;     /* moving average of pulled transfers (0: none measured yet) */
     uint32_t channel; /* EASGD immediates: channel << IMM_CHANNEL_SHIFT */
+    int want_channel; /* the knob: -1 = allocated */
+    bool channel_taken;
     size_t chunk; /* floats per pulled piece */
     int gmax;
 
@@ -114,6 +117,7 @@ struct shs_shadow {
     /* ring path */
     shs_coll_t *coll;
     bool leaving; /* a stop was requested: the next check-in says so */
+    bool ran_background; /* shs_shadow_start was called: no foreground rounds after */
 
     /* EASGD */
     shs_region_t *center_reg, *inbox_reg, *dbuf_reg;
@@ -1232,6 +1236,7 @@ static void ftz_leave(unsigned old)
 static void *shadow_main(void *arg)
 {
     shs_shadow_t *sh = arg;
+    shs__ctx_adopt(sh->ctx); /* lent by shs_shadow_start until the join */
     pin_self(sh);
     (void)ftz_enter(); /* this thread's own state: nothing to restore */
     sh->bmuf = sh->bmuf_bg; /* S-BMUF's defaults (shadow.h) */
@@ -1289,6 +1294,9 @@ shs_status_t shs_shadow_start(shs_shadow_t *sh)
         return SHS_ERR_BAD_STATE; /* the ring's members count this rank as gone */
     if (shs_region_check(sh->model) != SHS_OK)
         return SHS_ERR_BAD_STATE; /* the model was freed while registered (logged) */
+    if (shs__ctx_lend(sh->ctx, "a shadow engine's thread") != SHS_OK)
+        return SHS_ERR_BAD_STATE; /* another engine's thread runs on this context (logged) */
+    sh->ran_background = true;
     atomic_store(&sh->stop_req, false);
     __atomic_store_n(&sh->hdr->stopped, 0, __ATOMIC_RELEASE);
     atomic_store(&sh->run_start_ns, shs__now_ns());
@@ -1296,6 +1304,7 @@ shs_status_t shs_shadow_start(shs_shadow_t *sh)
     int rc = pthread_create(&sh->thread, NULL, shadow_main, sh);
     if (rc != 0) {
         atomic_store(&sh->running, 0);
+        shs__ctx_reclaim(sh->ctx);
         SHS_ERROR("shadow: cannot create the shadow thread: %s", strerror(rc));
         return SHS_ERR_NO_RESOURCE;
     }
@@ -1313,7 +1322,7 @@ shs_status_t shs_shadow_stop(shs_shadow_t *sh)
     pthread_cond_broadcast(&sh->cond);
     pthread_mutex_unlock(&sh->lock);
     pthread_join(sh->thread, NULL);
-    /* a foreground round after the stop must not see the request */
+    shs__ctx_reclaim(sh->ctx);
     atomic_store_explicit(&sh->stop_req, false, memory_order_release);
     stat_add(&sh->run_ns_total, shs__now_ns() - atomic_load(&sh->run_start_ns));
     atomic_store(&sh->running, 0);
@@ -1326,6 +1335,16 @@ shs_status_t shs_shadow_sync(shs_shadow_t *sh)
         return SHS_ERR_INVALID_ARG;
     if (atomic_load(&sh->running) || sh->poisoned)
         return SHS_ERR_BAD_STATE;
+    if (sh->ran_background) {
+        /* the ranks' round counters parted while their threads ran (each
+         * stopped at its own round), and stopped ranks are skipped by their
+         * peers: a foreground round now would include a peer on one side
+         * only and break the sum */
+        SHS_ERROR("shs_shadow_sync: refused: this engine ran in the background "
+                  "(shs_shadow_start); foreground rounds cannot follow a background run on "
+                  "one engine: destroy it and create a new one (collective) for them");
+        return SHS_ERR_BAD_STATE;
+    }
     unsigned csr = ftz_enter(); /* the caller's thread: restored below */
     sh->bmuf = sh->bmuf_fg; /* FR-BMUF's defaults */
     shs_status_t st = run_round(sh);
@@ -1418,10 +1437,8 @@ shs_status_t shs_shadow_center(const shs_shadow_t *sh, const float **slice_p, si
 
 static shs_status_t resolve_params(shs_shadow_t *sh, const shs_shadow_params_t *p)
 {
-    shs__config_t cfg;
-    shs_status_t st = shs__config_load(&cfg);
-    if (st != SHS_OK)
-        return st;
+    const shs__config_t cfg = *shs__ctx_config(sh->ctx); /* resolved once, at ctx create */
+    shs_status_t st;
     uint64_t m = p != NULL ? p->field_mask : 0;
 
     sh->algo = (m & SHS_SHADOW_PARAM_ALGORITHM) ? p->algorithm : SHS_SHADOW_MA;
@@ -1455,7 +1472,7 @@ static shs_status_t resolve_params(shs_shadow_t *sh, const shs_shadow_params_t *
     size_t chunk_bytes = (m & SHS_SHADOW_PARAM_CHUNK) ? p->chunk_bytes : cfg.shadow_chunk;
     sh->backoff_us = cfg.shadow_backoff_us;
     sh->nap_pct = cfg.shadow_nap;
-    sh->channel = (uint32_t)cfg.shadow_channel << IMM_CHANNEL_SHIFT;
+    sh->want_channel = cfg.shadow_channel; /* -1: allocated (EASGD only uses one) */
 
     if ((unsigned)sh->algo > SHS_SHADOW_EASGD || (unsigned)sh->path > SHS_SHADOW_PATH_LIVE ||
         sh->wait_ms <= 0 || chunk_bytes < sizeof(float) || !(sh->bmuf.eta >= 0.0f) ||
@@ -1466,6 +1483,11 @@ static shs_status_t resolve_params(shs_shadow_t *sh, const shs_shadow_params_t *
                   (int)sh->algo, (int)sh->path, sh->wait_ms, chunk_bytes,
                   (double)sh->bmuf.eta, (double)sh->bmuf.zeta, (double)sh->alpha);
         return SHS_ERR_INVALID_ARG;
+    }
+    if (!shs__pin_spec_valid(sh->pin)) {
+        SHS_ERROR("shadow: pin_cpus \"%s\": expected auto, none or a CPU list such as 3, 2-3 "
+                  "or 0,2-3", sh->pin);
+        return SHS_ERR_CONFIG;
     }
     if (sh->algo == SHS_SHADOW_EASGD && sh->path != SHS_SHADOW_PATH_PULL) {
         SHS_ERROR("shadow: easgd reads and writes the center one-sidedly: it needs the pull "
@@ -1627,12 +1649,19 @@ shs_status_t shs_shadow_create(shs_ctx_t *ctx, shs_region_t *model, size_t offse
             goto err_destroy_acc;
     }
     if (sh->algo == SHS_SHADOW_EASGD) {
+        unsigned chan;
+        st = shs__ctx_channel_take(ctx, sh->want_channel, "a shadow engine (EASGD inbox)",
+                                   &chan);
+        if (st != SHS_OK)
+            goto err_destroy_coll;
+        sh->channel_taken = true;
+        sh->channel = (uint32_t)chan << IMM_CHANNEL_SHIFT;
         shs__easgd_slice(count, sh->size, 0, &sh->my_off, &sh->slice_max);
         shs__easgd_slice(count, sh->size, sh->rank, &sh->my_off, &sh->my_len);
         st = shs_region_alloc(ctx, sh->slice_max * sizeof(float) + sizeof(float),
                               SHS_ACCESS_REMOTE_READ | SHS_ACCESS_LOCAL_WRITE, &sh->center_reg);
         if (st != SHS_OK)
-            goto err_destroy_coll;
+            goto err_give_channel;
         sh->center = shs_region_addr(sh->center_reg);
         st = shs_region_alloc(ctx,
                               np * EASGD_CREDITS * sh->slice_max * sizeof(float) + sizeof(float),
@@ -1659,6 +1688,7 @@ shs_status_t shs_shadow_create(shs_ctx_t *ctx, shs_region_t *model, size_t offse
     pthread_mutex_init(&sh->lock, NULL);
     SHS_DEBUG("shadow: %zu floats, algorithm %d, path %d, schedule %d (g %d), chunk %zu floats",
               count, (int)sh->algo, (int)sh->path, (int)sh->sched.kind, sh->gmax, sh->chunk);
+    shs__region_hold(model, "a shadow engine (its model)");
     *shadow_p = sh;
     return SHS_OK;
 
@@ -1668,6 +1698,9 @@ err_destroy_inbox:
     shs_region_destroy(sh->inbox_reg);
 err_destroy_center:
     shs_region_destroy(sh->center_reg);
+err_give_channel:
+    if (sh->channel_taken)
+        shs__ctx_channel_give(ctx, sh->channel >> IMM_CHANNEL_SHIFT);
 err_destroy_coll:
     shs_coll_destroy(sh->coll);
 err_destroy_acc:
@@ -1710,7 +1743,9 @@ void shs_shadow_destroy(shs_shadow_t *sh)
         shs_region_destroy(sh->dbuf_reg);
         shs_region_destroy(sh->inbox_reg);
         shs_region_destroy(sh->center_reg);
+        shs__ctx_channel_give(sh->ctx, sh->channel >> IMM_CHANNEL_SHIFT);
     }
+    shs__region_release(sh->model);
     shs_coll_destroy(sh->coll);
     shs_region_destroy(sh->acc_reg);
     shs_region_destroy(sh->scratch);

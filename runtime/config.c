@@ -30,6 +30,7 @@ static shs_status_t parse_int(const knob_t *k, const char *val, void *field);
 static shs_status_t parse_int_auto(const knob_t *k, const char *val, void *field);
 static shs_status_t parse_size(const knob_t *k, const char *val, void *field);
 static shs_status_t parse_str(const knob_t *k, const char *val, void *field);
+static shs_status_t parse_pin(const knob_t *k, const char *val, void *field);
 static shs_status_t parse_addr(const knob_t *k, const char *val, void *field);
 static shs_status_t parse_token(const knob_t *k, const char *val, void *field);
 static shs_status_t parse_enum(const knob_t *k, const char *val, void *field);
@@ -177,7 +178,7 @@ static const knob_t knobs[] = {
               "hugepages for runtime-allocated regions: auto, on (fail without), off"),
     /* auto: the last CPU the process may use, since trainers conventionally
      * place their workers from CPU 0 upwards. */
-    KNOB_STR("SHS_SHADOW_PIN", shadow_pin, "auto", parse_str,
+    KNOB_STR("SHS_SHADOW_PIN", shadow_pin, "auto", parse_pin,
              "CPUs of the shadow sync thread: auto (last allowed CPU), none, or a list like 3 or 2-3"),
     /* 30 s: in the foreground (FR) modes a peer reaches its sync point up to a
      * whole sync interval of training later than a fast rank; a dead peer is
@@ -193,10 +194,13 @@ static const knob_t knobs[] = {
      * a round (rounds take milliseconds). */
     KNOB_INT("SHS_SHADOW_BACKOFF_US", shadow_backoff_us, "200", 0, 1000000,
              "longest sleep between two polls of a peer's snapshot stamp (us)"),
-    /* 0x53 ('S'): any fixed value other than the collectives' channel
-     * (SHS_COLL_CHANNEL); it tags the EASGD deltas and acknowledgements. */
-    KNOB_INT("SHS_SHADOW_CHANNEL", shadow_channel, "83", 0, 255,
-             "shadow engine: channel in the top 8 bits of its immediates (EASGD inbox)"),
+    /* auto: the engine takes a free channel from its context
+     * (shs_ctx_channel_alloc), so it never shares one with a collective or
+     * the program; a number reserves exactly that channel (create fails when
+     * another user holds it). It tags the EASGD deltas and acknowledgements. */
+    KNOB_INT_AUTO("SHS_SHADOW_CHANNEL", shadow_channel, "auto", 0, 255,
+                  "shadow engine: channel in the top 8 bits of its immediates (EASGD inbox): "
+                  "auto (allocated by the context) or 0..255"),
     /* 80: the shadow thread sleeps through most of a transfer it has timed
      * before instead of polling for it, leaving the CPU to the workers (and
      * to Soft-RoCE's kernel threads, which move the data); the last 20%
@@ -221,10 +225,13 @@ static const knob_t knobs[] = {
     KNOB_SIZE("SHS_COLL_STAGE", coll_stage, "16m", 0, 1ll << 40,
               "collectives: registered staging bytes for shs_allreduce on unregistered memory "
               "(0 = none)"),
-    /* 0xc5: any fixed value; it only has to differ from the channels of the
-     * context's other users of immediates. */
-    KNOB_INT("SHS_COLL_CHANNEL", coll_channel, "197", 0, 255,
-             "collectives: channel in the top 8 bits of their immediates"),
+    /* auto: every collective takes a free channel from its context, so two
+     * collectives (or a collective and a shadow engine's internal one) never
+     * take each other's immediates; a number reserves exactly that channel
+     * (create fails when another user of the context holds it). */
+    KNOB_INT_AUTO("SHS_COLL_CHANNEL", coll_channel, "auto", 0, 255,
+                  "collectives: channel in the top 8 bits of their immediates: auto "
+                  "(allocated by the context) or 0..255"),
     /* 64: a few microseconds of polling catch a chunk that is about to land;
      * beyond that a waiting rank sleeps (SHS_COLL_SLEEP_US). */
     KNOB_INT("SHS_COLL_SPIN", coll_spin, "64", 0, 1 << 30,
@@ -339,6 +346,48 @@ static shs_status_t parse_str(const knob_t *k, const char *val, void *field)
     }
     memcpy(field, val, len + 1);
     return SHS_OK;
+}
+
+bool shs__cpulist_valid(const char *s)
+{
+    /* item[,item]...: item = N or N-M with N <= M */
+    if (s == NULL || *s == '\0')
+        return false;
+    while (*s != '\0') {
+        if (!isdigit((unsigned char)*s))
+            return false;
+        char *end;
+        errno = 0;
+        unsigned long lo = strtoul(s, &end, 10), hi = lo;
+        if (errno != 0 || lo > 1u << 20)
+            return false;
+        if (*end == '-') {
+            if (!isdigit((unsigned char)end[1]))
+                return false;
+            hi = strtoul(end + 1, &end, 10);
+            if (errno != 0 || hi < lo || hi > 1u << 20)
+                return false;
+        }
+        if (*end == ',' && end[1] != '\0')
+            end++;
+        else if (*end != '\0')
+            return false;
+        s = end;
+    }
+    return true;
+}
+
+bool shs__pin_spec_valid(const char *s)
+{
+    return s != NULL && (strcmp(s, "auto") == 0 || strcmp(s, "none") == 0 ||
+                         shs__cpulist_valid(s));
+}
+
+static shs_status_t parse_pin(const knob_t *k, const char *val, void *field)
+{
+    if (!shs__pin_spec_valid(val))
+        return bad_value(k, val, "expected auto, none or a CPU list such as 3, 2-3 or 0,2-3");
+    return parse_str(k, val, field);
 }
 
 static shs_status_t parse_addr(const knob_t *k, const char *val, void *field)

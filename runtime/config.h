@@ -12,6 +12,7 @@
 #ifndef SHS_RUNTIME_CONFIG_H
 #define SHS_RUNTIME_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -67,13 +68,13 @@ typedef struct shs__config {
     int shadow_wait_ms;        /* SHS_SHADOW_WAIT_MS bound on waiting for a peer's snapshot */
     size_t shadow_chunk;       /* SHS_SHADOW_CHUNK pull granularity (bytes) */
     int shadow_backoff_us;     /* SHS_SHADOW_BACKOFF_US longest sleep between polls */
-    int shadow_channel;        /* SHS_SHADOW_CHANNEL top 8 bits of the engine's immediates */
+    int shadow_channel;        /* SHS_SHADOW_CHANNEL top 8 bits of the engine's immediates (-1 auto) */
     int shadow_nap;            /* SHS_SHADOW_NAP % of a pull's expected time slept, not polled */
     /* collectives (algorithms/collective.c) */
     size_t coll_chunk;         /* SHS_COLL_CHUNK bytes per inbox slot (pipelined chunk) */
     int coll_slots;            /* SHS_COLL_SLOTS inbox slots (credits) per receiver */
     size_t coll_stage;         /* SHS_COLL_STAGE staging bytes for unregistered buffers */
-    int coll_channel;          /* SHS_COLL_CHANNEL top 8 bits of the immediates */
+    int coll_channel;          /* SHS_COLL_CHANNEL top 8 bits of the immediates (-1 auto) */
     int coll_spin;             /* SHS_COLL_SPIN empty polls before sleeping */
     int coll_sleep_us;         /* SHS_COLL_SLEEP_US longest sleep of a waiting rank (0: yield) */
     size_t coll_eager;         /* SHS_COLL_EAGER bytes of a per-sender first-chunk slot */
@@ -87,6 +88,11 @@ shs_status_t shs__config_load(shs__config_t *cfg);
 /* Same, reading variables through getenv_fn (tests inject a fake env). */
 shs_status_t shs__config_load_from(shs__config_t *cfg,
                                    const char *(*getenv_fn)(const char *name));
+
+/* A CPU list such as "3", "2-3" or "0,2-3" (no spaces). */
+bool shs__cpulist_valid(const char *s);
+/* What a shadow thread may be pinned to: "auto", "none" or a CPU list. */
+bool shs__pin_spec_valid(const char *s);
 
 /* Print the knobs table (name, default, help) as markdown to f. */
 void shs__config_print_table(FILE *f);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "runtime/log.h"
+#include "transport/services.h"
 #include "transport/transport.h"
 
 /* Flushes write zero bytes here; 64 bytes keep it one cache line. */
@@ -159,6 +160,13 @@ void shs_ctx_destroy(shs_ctx_t *ctx)
         shs__boot_destroy(ctx->boot);
         return;
     }
+    if (atomic_load(&ctx->lent)) {
+        /* the borrowing thread still posts and polls on it */
+        SHS_ERROR("shs_ctx_destroy: refused: the context is lent to %s; stop it first "
+                  "(shs_shadow_stop, then shs_shadow_destroy); the context is left as it is",
+                  ctx->lent_to != NULL ? ctx->lent_to : "a background thread");
+        return;
+    }
     if (ctx->live_regions != 0)
         SHS_WARN("context destroyed with %d region(s) still registered; they are leaked",
                  ctx->live_regions);
@@ -176,19 +184,34 @@ void shs_ctx_destroy(shs_ctx_t *ctx)
 
 int shs_ctx_rank(const shs_ctx_t *ctx)
 {
-    return ctx->rank;
+    return ctx != NULL ? ctx->rank : -1;
 }
 
 int shs_ctx_size(const shs_ctx_t *ctx)
 {
-    return ctx->size;
+    return ctx != NULL ? ctx->size : -1;
+}
+
+shs_status_t shs_ctx_channel_alloc(shs_ctx_t *ctx, unsigned *channel_p)
+{
+    if (ctx == NULL || channel_p == NULL)
+        return SHS_ERR_INVALID_ARG;
+    if (shs__ctx_refused(ctx, "shs_ctx_channel_alloc"))
+        return SHS_ERR_BAD_STATE;
+    return shs__ctx_channel_take(ctx, -1, "the program (shs_ctx_channel_alloc)", channel_p);
+}
+
+void shs_ctx_channel_free(shs_ctx_t *ctx, unsigned channel)
+{
+    if (ctx != NULL && !shs__ctx_refused(ctx, "shs_ctx_channel_free"))
+        shs__ctx_channel_give(ctx, channel);
 }
 
 shs_status_t shs_ctx_barrier(shs_ctx_t *ctx)
 {
     if (ctx == NULL)
         return SHS_ERR_INVALID_ARG;
-    if (shs__ctx_forked(ctx, "shs_ctx_barrier"))
+    if (shs__ctx_refused(ctx, "shs_ctx_barrier"))
         return SHS_ERR_BAD_STATE;
     return shs__boot_barrier(ctx->boot);
 }

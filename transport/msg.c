@@ -111,7 +111,7 @@ shs_status_t shs_recv(shs_ctx_t *ctx, int peer, shs_msg_t *msg_p, int timeout_ms
     if (ctx == NULL || msg_p == NULL || peer < SHS_PEER_ANY || peer >= ctx->size ||
         peer == ctx->rank)
         return SHS_ERR_INVALID_ARG;
-    if (shs__ctx_forked(ctx, "shs_recv"))
+    if (shs__ctx_refused(ctx, "shs_recv"))
         return SHS_ERR_BAD_STATE;
     if (ctx->rx_mr == NULL)
         return SHS_ERR_UNSUPPORTED;
@@ -145,7 +145,7 @@ shs_status_t shs_recv_release(shs_ctx_t *ctx, const shs_msg_t *msg)
 {
     if (ctx == NULL || msg == NULL)
         return SHS_ERR_INVALID_ARG;
-    if (shs__ctx_forked(ctx, "shs_recv_release"))
+    if (shs__ctx_refused(ctx, "shs_recv_release"))
         return SHS_ERR_BAD_STATE;
     uint64_t ci = msg->handle >> 32, slot = msg->handle & 0xffffffffu;
     if (ci >= (uint64_t)ctx->nconns || slot >= (uint64_t)ctx->cfg.rq_depth ||

@@ -156,7 +156,7 @@ shs_status_t shs_region_register(shs_ctx_t *ctx, void *addr, size_t len, unsigne
 {
     if (ctx == NULL || region_p == NULL)
         return SHS_ERR_INVALID_ARG;
-    if (shs__ctx_forked(ctx, "shs_region_register"))
+    if (shs__ctx_refused(ctx, "shs_region_register"))
         return SHS_ERR_BAD_STATE;
     shs_region_t *region = region_new(ctx, addr, len, flags);
     if (region == NULL)
@@ -181,7 +181,7 @@ shs_status_t shs_region_alloc(shs_ctx_t *ctx, size_t len, unsigned flags,
 {
     if (ctx == NULL || region_p == NULL)
         return SHS_ERR_INVALID_ARG;
-    if (shs__ctx_forked(ctx, "shs_region_alloc"))
+    if (shs__ctx_refused(ctx, "shs_region_alloc"))
         return SHS_ERR_BAD_STATE;
     shs_region_t *region = region_new(ctx, NULL, len, flags);
     if (region == NULL)
@@ -242,6 +242,14 @@ void shs_region_destroy(shs_region_t *region)
         return;
     if (shs__ctx_forked(region->ctx, "shs_region_destroy"))
         return; /* the parent's registration: deregistering here would end it there */
+    if (shs__ctx_refused(region->ctx, "shs_region_destroy"))
+        return; /* logged; the region stays registered */
+    if (region->holds > 0) {
+        SHS_ERROR("shs_region_destroy: region %p (%zu bytes) is in use by %s: destroy that "
+                  "first; the region stays registered", region->addr, region->len,
+                  region->held_by != NULL ? region->held_by : "the library");
+        return;
+    }
     if (!region->owned)
         (void)shs_region_check(region); /* logs a region freed while registered */
     if (region->mr != NULL)
@@ -257,10 +265,10 @@ void shs_region_destroy(shs_region_t *region)
 
 void *shs_region_addr(const shs_region_t *region)
 {
-    return region->addr;
+    return region != NULL ? region->addr : NULL;
 }
 
 size_t shs_region_len(const shs_region_t *region)
 {
-    return region->len;
+    return region != NULL ? region->len : 0;
 }

@@ -173,7 +173,7 @@ static shs_status_t check_op(shs_ctx_t *ctx, int peer, const shs_region_t *local
     if (ctx == NULL || local == NULL || remote == NULL || local->ctx != ctx ||
         remote->ctx != ctx || peer < 0 || peer >= ctx->size || peer == ctx->rank)
         return SHS_ERR_INVALID_ARG;
-    if (shs__ctx_forked(ctx, is_read ? "shs_read" : "shs_write"))
+    if (shs__ctx_refused(ctx, is_read ? "shs_read" : "shs_write"))
         return SHS_ERR_BAD_STATE;
     const shs__remote_t *rm = &remote->remote[peer];
     if (!shs__range_ok(loff, len, local->len) || !shs__range_ok(roff, len, rm->len)) {
@@ -291,7 +291,7 @@ shs_status_t shs_send(shs_ctx_t *ctx, int peer, shs_region_t *local, size_t loca
     if (ctx == NULL || local == NULL || local->ctx != ctx || peer < 0 || peer >= ctx->size ||
         peer == ctx->rank)
         return SHS_ERR_INVALID_ARG;
-    if (shs__ctx_forked(ctx, "shs_send"))
+    if (shs__ctx_refused(ctx, "shs_send"))
         return SHS_ERR_BAD_STATE;
     if (ctx->rx_mr == NULL) {
         SHS_ERROR("send to peer %d: two-sided messages are off (SHS_MSG_SIZE is 0)", peer);
@@ -379,7 +379,7 @@ shs_status_t shs_flush(shs_ctx_t *ctx, int peer, int timeout_ms)
     if (ctx == NULL || timeout_ms == 0 || peer < SHS_PEER_ALL || peer >= ctx->size ||
         peer == ctx->rank)
         return SHS_ERR_INVALID_ARG;
-    if (shs__ctx_forked(ctx, "shs_flush"))
+    if (shs__ctx_refused(ctx, "shs_flush"))
         return SHS_ERR_BAD_STATE;
     if (timeout_ms < 0)
         timeout_ms = ctx->cfg.op_timeout_ms;
@@ -444,7 +444,7 @@ shs_status_t shs_flush_test(shs_ctx_t *ctx, int peer)
 {
     if (ctx == NULL || peer < SHS_PEER_ALL || peer >= ctx->size || peer == ctx->rank)
         return SHS_ERR_INVALID_ARG;
-    if (shs__ctx_forked(ctx, "shs_flush_test"))
+    if (shs__ctx_refused(ctx, "shs_flush_test"))
         return SHS_ERR_BAD_STATE;
     int lo = peer == SHS_PEER_ALL ? 0 : peer;
     int hi = peer == SHS_PEER_ALL ? ctx->size - 1 : peer;
@@ -474,7 +474,7 @@ shs_status_t shs_progress(shs_ctx_t *ctx)
 {
     if (ctx == NULL)
         return SHS_ERR_INVALID_ARG;
-    if (shs__ctx_forked(ctx, "shs_progress"))
+    if (shs__ctx_refused(ctx, "shs_progress"))
         return SHS_ERR_BAD_STATE;
     if (atomic_load_explicit(&ctx->device_failed, memory_order_relaxed))
         return SHS_ERR_DEVICE;
@@ -545,7 +545,7 @@ shs_status_t shs_poll_imm_match(shs_ctx_t *ctx, int peer, uint32_t mask, uint32_
     if (ctx == NULL || imm_p == NULL || peer < SHS_PEER_ANY || peer >= ctx->size ||
         peer == ctx->rank || (match & ~mask) != 0)
         return SHS_ERR_INVALID_ARG;
-    if (shs__ctx_forked(ctx, "shs_poll_imm"))
+    if (shs__ctx_refused(ctx, "shs_poll_imm"))
         return SHS_ERR_BAD_STATE;
     if (shs__poll(ctx) < 0)
         return SHS_ERR_DEVICE;
@@ -569,7 +569,7 @@ shs_status_t shs_wait_imm_match(shs_ctx_t *ctx, int peer, uint32_t mask, uint32_
     if (ctx == NULL || imm_p == NULL || peer < SHS_PEER_ANY || peer >= ctx->size ||
         peer == ctx->rank || (match & ~mask) != 0)
         return SHS_ERR_INVALID_ARG;
-    if (shs__ctx_forked(ctx, "shs_wait_imm"))
+    if (shs__ctx_refused(ctx, "shs_wait_imm"))
         return SHS_ERR_BAD_STATE;
     shs__waiter_t w;
     shs__waiter_init(&w, ctx, timeout_ms);

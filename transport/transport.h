@@ -165,6 +165,8 @@ struct shs_region {
     shs__mem_t mem;
     struct ibv_mr *mr;
     shs__remote_t *remote;    /* ctx->size entries, one per rank */
+    int holds;                /* shs__region_hold: destroy refused while > 0 */
+    const char *held_by;
 };
 
 struct shs_ctx {
@@ -214,6 +216,10 @@ struct shs_ctx {
     bool async_running;
     int wake_pipe[2];
     atomic_int device_failed;
+    /* services to the layers above (services.c) */
+    atomic_int lent;          /* lent to a background thread (shs__ctx_lend) */
+    const char *lent_to;
+    const char *chan_user[256]; /* immediate channels taken (NULL: free) */
 
     /* receive buffers for two-sided messages: rq_depth slots of msg_size
      * bytes per connection (none when msg_size is 0) */
@@ -273,6 +279,10 @@ unsigned shs__fork_guard(void);
 /* true (logged once per context) when ctx was created before a fork and this
  * is the child: its RDMA objects belong to the parent, call names the caller */
 bool shs__ctx_forked(shs_ctx_t *ctx, const char *call);
+/* Whether `call` must be refused on ctx: in a forked child (above), or while
+ * the context is lent to a background thread other than the caller's
+ * (services.c). Logs why. */
+bool shs__ctx_refused(shs_ctx_t *ctx, const char *call);
 /* registered regions of the process, for the fork warning */
 void shs__fork_regions_add(int delta);
 /* warn once per process when RLIMIT_MEMLOCK will stop registrations */

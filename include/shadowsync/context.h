@@ -12,6 +12,12 @@
  * shs_ctx_peer_status() may be called from any thread at any time. The
  * library runs one internal thread per context that watches device and
  * connection events; it only marks peers failed.
+ *
+ * Lending. shs_shadow_start lends the context to the shadow thread until
+ * shs_shadow_stop. Meanwhile every call on the context or its regions from
+ * another thread (barriers, region calls, one-sided operations, collectives,
+ * shs_ctx_destroy) is refused: SHS_ERR_BAD_STATE, or for void calls a log
+ * line and no effect. The thread-safe calls above stay allowed.
  */
 #ifndef SHADOWSYNC_CONTEXT_H
 #define SHADOWSYNC_CONTEXT_H
@@ -108,19 +114,39 @@ SHS_API shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **
  * is reported in the log and leaked, never freed under a user). Not
  * collective, but peers see this rank's connections close: destroy after a
  * final shs_ctx_barrier() when the job ends normally. NULL is ignored.
+ * Refused (logged, nothing released) while the context is lent to the
+ * shadow thread: stop and destroy the engine first.
  */
 SHS_API void shs_ctx_destroy(shs_ctx_t *ctx);
 
-/* shs_ctx_rank / shs_ctx_size - this rank and the job size. Thread-safe. */
+/* shs_ctx_rank / shs_ctx_size - this rank and the job size; -1 for a NULL
+ * context. Thread-safe. */
 SHS_API int shs_ctx_rank(const shs_ctx_t *ctx);
 SHS_API int shs_ctx_size(const shs_ctx_t *ctx);
+
+/*
+ * shs_ctx_channel_alloc - take an immediate channel: a value 1..255 for the
+ * top 8 bits of the immediates a program sends with shs_write_imm and
+ * matches with shs_poll_imm_match (mask 0xff000000). The library's own users
+ * (collectives, shadow engines) take theirs the same way, so no two users of
+ * one context share a channel. Ranks that allocate in the same order (after
+ * the same collective creates) get the same channel. Release it with
+ * shs_ctx_channel_free. Channel 0 is never allocated. Not thread-safe (the
+ * context's driving thread).
+ * Status: SHS_OK; SHS_ERR_NO_RESOURCE (all 255 taken); SHS_ERR_INVALID_ARG;
+ * SHS_ERR_BAD_STATE (lent to the shadow thread).
+ */
+SHS_API shs_status_t shs_ctx_channel_alloc(shs_ctx_t *ctx, unsigned *channel_p);
+SHS_API void shs_ctx_channel_free(shs_ctx_t *ctx, unsigned channel);
 
 /*
  * shs_ctx_barrier - return once every rank has entered the barrier.
  * Collective, over the bootstrap (not the data path). It does not wait for
  * outstanding RDMA operations: call shs_flush() first for that.
  * Status: SHS_OK, SHS_ERR_PEER_FAILED (a rank left), SHS_ERR_TIMEOUT
- * (bootstrap timeout), SHS_ERR_INVALID_ARG.
+ * (bootstrap timeout), SHS_ERR_INVALID_ARG, SHS_ERR_BAD_STATE (the context
+ * is lent to the shadow thread: to wait until every rank's engine is done,
+ * call shs_shadow_stop on every rank, then this barrier).
  */
 SHS_API shs_status_t shs_ctx_barrier(shs_ctx_t *ctx);
 

@@ -54,7 +54,7 @@ enum {
  * names the ranks and their sizes); SHS_ERR_NO_RESOURCE if the device
  * refused the registration on this rank (the log says why, e.g. RLIMIT_MEMLOCK
  * too low and how to raise it); SHS_ERR_BAD_STATE in a forked child for a
- * context of its parent; SHS_ERR_PEER_FAILED on the other
+ * context of its parent, or while the context is lent to the shadow thread; SHS_ERR_PEER_FAILED on the other
  * ranks when registration failed on some rank (or a rank left);
  * SHS_ERR_TIMEOUT.
  */
@@ -73,7 +73,11 @@ SHS_API shs_status_t shs_region_alloc(shs_ctx_t *ctx, size_t len, unsigned flags
 /*
  * shs_region_destroy - deregister (and free, for shs_region_alloc) a region.
  * Not collective, but peers must no longer access it: end its use with a
- * shs_flush() and shs_ctx_barrier(). NULL is ignored.
+ * shs_flush() and shs_ctx_barrier(). NULL is ignored. Refused (logged, the
+ * region stays registered and valid) while the region is in use by a library
+ * object (the model of a shadow engine: destroy the engine first), while the
+ * context is lent to the shadow thread (between shs_shadow_start and
+ * shs_shadow_stop), and in a forked child.
  */
 SHS_API void shs_region_destroy(shs_region_t *region);
 
@@ -89,7 +93,8 @@ SHS_API void shs_region_destroy(shs_region_t *region);
  */
 SHS_API shs_status_t shs_region_check(const shs_region_t *region);
 
-/* shs_region_addr / shs_region_len - this rank's copy of the region. */
+/* shs_region_addr / shs_region_len - this rank's copy of the region (NULL and
+ * 0 for a NULL region). Thread-safe. */
 SHS_API void *shs_region_addr(const shs_region_t *region);
 SHS_API size_t shs_region_len(const shs_region_t *region);
 

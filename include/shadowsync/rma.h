@@ -164,8 +164,9 @@ SHS_API shs_status_t shs_wait_imm(shs_ctx_t *ctx, int peer, int *peer_p,
  * oldest such one from peer (or, with SHS_PEER_ANY, from any peer). The
  * immediates that do not match stay queued, in their order, for the calls
  * that want them. This lets independent users of one context share a peer's
- * notifications by reserving bits of the value as a channel (the collectives,
- * collective.h, use the top 8 bits); unconsumed immediates of every channel
+ * notifications by reserving bits of the value as a channel: the top 8 bits,
+ * a channel taken from shs_ctx_channel_alloc (context.h), as the
+ * collectives and shadow engines take theirs; unconsumed immediates of every channel
  * count against the SHS_RQ_DEPTH receives of the peer. mask 0 (match 0)
  * takes any immediate, like shs_poll_imm / shs_wait_imm.
  *

@@ -77,6 +77,7 @@ typedef struct opts {
                         seen or this many seconds pass (fault tests) */
     float bmuf_eta, bmuf_zeta, easgd_alpha; /* < 0: the engine's default */
     int bmuf_nesterov;                      /* < 0: the engine's default */
+    int dump;                               /* write the final model next to the JSON */
 } opts_t;
 
 typedef struct run {
@@ -218,7 +219,8 @@ static void usage(FILE *f)
             "  --hold S          S modes: after the pass keep syncing until a failed peer\n"
             "                    is seen or S seconds pass (fault tests)\n"
             "  --bmuf-eta E --bmuf-zeta Z --bmuf-nesterov 0|1 --easgd-alpha A\n"
-            "                    the rules' parameters (default: the engine's, shadow.h)\n");
+            "                    the rules' parameters (default: the engine's, shadow.h)\n"
+            "  --dump            also write the final model (raw float32) beside the JSON\n");
 }
 
 static void parse(int argc, char **argv, opts_t *o)
@@ -256,6 +258,7 @@ static void parse(int argc, char **argv, opts_t *o)
         {"fault-cmd", 1, NULL, 'F'},    {"hold", 1, NULL, 'O'},
         {"bmuf-eta", 1, NULL, 'a'},     {"bmuf-zeta", 1, NULL, 'z'},
         {"bmuf-nesterov", 1, NULL, 'N'}, {"easgd-alpha", 1, NULL, 'A'},
+        {"dump", 0, NULL, 'D'},
         {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -290,6 +293,7 @@ static void parse(int argc, char **argv, opts_t *o)
         case 'z': o->bmuf_zeta = (float)atof(optarg); break;
         case 'N': o->bmuf_nesterov = atoi(optarg); break;
         case 'A': o->easgd_alpha = (float)atof(optarg); break;
+        case 'D': o->dump = 1; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); exit(2);
         }
@@ -430,8 +434,19 @@ static void write_json(const run_t *r, const result_t *res)
     for (int i = r->rank == 0 ? 0 : r->nckpt - 1; i < r->nckpt; i++)
         fprintf(f, "%s[%llu, %.6f, %.6f]", i && r->rank == 0 ? ", " : "",
                 (unsigned long long)r->ckpt_seen[i], res->curve_ne[i], res->curve_auc[i]);
-    fprintf(f, "]}\n");
+    /* the final model's output biases: a rank whose predictions are all
+     * shifted alike shows here first */
+    const float *fin = r->nckpt > 0 ? r->ckpt + (size_t)(r->nckpt - 1) * r->lay.count : NULL;
+    fprintf(f, "], \"bias\": %.6f, \"b2\": %.6f}\n", fin != NULL ? fin[r->lay.bias] : 0.0,
+            fin != NULL ? fin[r->lay.b2] : 0.0);
     fclose(f);
+    if (r->o.dump && fin != NULL) {
+        snprintf(path, sizeof(path), "%s/%s.rank%d.model", r->o.out, r->o.label, r->rank);
+        f = fopen(path, "wb");
+        if (f == NULL || fwrite(fin, sizeof(float), r->lay.count, f) != r->lay.count)
+            die("cannot write %s", path);
+        fclose(f);
+    }
 }
 
 /* ------------------------------------------------------------ the run */

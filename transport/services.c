@@ -1,0 +1,101 @@
+/*
+ * Services to the layers above the transport (services.h): the resolved
+ * configuration, immediate channels, lending the context to a background
+ * thread, and region holds.
+ */
+#include <stdatomic.h>
+
+#include "runtime/log.h"
+#include "transport/services.h"
+#include "transport/transport.h"
+
+/* The context this thread borrowed (shs__ctx_adopt), if any. */
+static _Thread_local const shs_ctx_t *borrowed;
+
+const shs__config_t *shs__ctx_config(const shs_ctx_t *ctx)
+{
+    return &ctx->cfg;
+}
+
+shs_status_t shs__ctx_channel_take(shs_ctx_t *ctx, int want, const char *user,
+                                   unsigned *chan_p)
+{
+    if (want > 255)
+        return SHS_ERR_INVALID_ARG;
+    if (want >= 0) {
+        if (ctx->chan_user[want] != NULL) {
+            SHS_ERROR("%s: immediate channel %d is taken by %s on this context: two users "
+                      "of one channel would take each other's immediates (leave the channel "
+                      "unset and the context allocates a free one)",
+                      user, want, ctx->chan_user[want]);
+            return SHS_ERR_BAD_STATE;
+        }
+        ctx->chan_user[want] = user;
+        *chan_p = (unsigned)want;
+        return SHS_OK;
+    }
+    /* channel 0 is never allocated: it is what a program's own small
+     * immediates carry in their top bits */
+    for (int c = 255; c >= 1; c--) {
+        if (ctx->chan_user[c] == NULL) {
+            ctx->chan_user[c] = user;
+            *chan_p = (unsigned)c;
+            return SHS_OK;
+        }
+    }
+    SHS_ERROR("%s: every immediate channel of this context is taken (255 users)", user);
+    return SHS_ERR_NO_RESOURCE;
+}
+
+void shs__ctx_channel_give(shs_ctx_t *ctx, unsigned chan)
+{
+    if (chan <= 255)
+        ctx->chan_user[chan] = NULL;
+}
+
+shs_status_t shs__ctx_lend(shs_ctx_t *ctx, const char *to)
+{
+    int expect = 0;
+    if (!atomic_compare_exchange_strong(&ctx->lent, &expect, 1)) {
+        SHS_ERROR("%s: the context is already lent to %s (one background thread per context)",
+                  to, ctx->lent_to != NULL ? ctx->lent_to : "another thread");
+        return SHS_ERR_BAD_STATE;
+    }
+    ctx->lent_to = to;
+    return SHS_OK;
+}
+
+void shs__ctx_adopt(shs_ctx_t *ctx)
+{
+    borrowed = ctx;
+}
+
+void shs__ctx_reclaim(shs_ctx_t *ctx)
+{
+    ctx->lent_to = NULL;
+    atomic_store(&ctx->lent, 0);
+}
+
+bool shs__ctx_refused(shs_ctx_t *ctx, const char *call)
+{
+    if (shs__ctx_forked(ctx, call))
+        return true;
+    if (atomic_load_explicit(&ctx->lent, memory_order_acquire) == 0 || borrowed == ctx)
+        return false;
+    SHS_ERROR("%s: refused: the context is lent to %s, which owns it until it is stopped "
+              "(shs_shadow_stop); call this after the stop", call,
+              ctx->lent_to != NULL ? ctx->lent_to : "a background thread");
+    return true;
+}
+
+void shs__region_hold(shs_region_t *region, const char *who)
+{
+    region->holds++;
+    region->held_by = who;
+}
+
+void shs__region_release(shs_region_t *region)
+{
+    if (region->holds > 0)
+        region->holds--;
+}

@@ -1,0 +1,52 @@
+/*
+ * What the transport offers the layers above it (algorithms/) beyond the
+ * public API: the context's resolved configuration, immediate channels
+ * allocated by the context, lending the context to a background thread, and
+ * holding a region so that it cannot be destroyed under its user.
+ */
+#ifndef SHS_TRANSPORT_SERVICES_H
+#define SHS_TRANSPORT_SERVICES_H
+
+#include <stdbool.h>
+
+#include <shadowsync/context.h>
+#include <shadowsync/region.h>
+#include <shadowsync/status.h>
+
+#include "runtime/config.h"
+
+/* The configuration resolved once by shs_ctx_create (environment, then the
+ * context's parameters). Layers above read it here, never the environment. */
+const shs__config_t *shs__ctx_config(const shs_ctx_t *ctx);
+
+/* Take an immediate channel (the top 8 bits of a 32-bit immediate) for
+ * `user` (a constant string, named in errors): want < 0 takes the highest
+ * free channel in 1..255 (the same one on every rank when the ranks take
+ * and give channels in the same order, as collective creates do); want in
+ * 0..255 takes exactly that one. SHS_ERR_BAD_STATE (logged, naming both
+ * users) when it is taken, SHS_ERR_NO_RESOURCE when none is free,
+ * SHS_ERR_INVALID_ARG for want > 255. */
+shs_status_t shs__ctx_channel_take(shs_ctx_t *ctx, int want, const char *user,
+                                   unsigned *chan_p);
+void shs__ctx_channel_give(shs_ctx_t *ctx, unsigned chan);
+
+/* Lend the context to a background thread (the shadow thread) for `to`:
+ * until shs__ctx_reclaim, calls on the context from any other thread are
+ * refused with SHS_ERR_BAD_STATE (void ones log and do nothing).
+ * SHS_ERR_BAD_STATE when it is lent already. The borrowing thread calls
+ * shs__ctx_adopt(ctx) first thing. */
+shs_status_t shs__ctx_lend(shs_ctx_t *ctx, const char *to);
+void shs__ctx_adopt(shs_ctx_t *ctx);
+void shs__ctx_reclaim(shs_ctx_t *ctx);
+
+/* Whether `call` must be refused on ctx (lent to another thread, or a
+ * forked child's copy); logs why. Public entry points of the layers above
+ * check it first, so a refused call changes nothing. */
+bool shs__ctx_refused(shs_ctx_t *ctx, const char *call);
+
+/* Hold a region for `who` (a constant string): shs_region_destroy refuses it
+ * (logged) until every hold is released. */
+void shs__region_hold(shs_region_t *region, const char *who);
+void shs__region_release(shs_region_t *region);
+
+#endif
