@@ -118,6 +118,7 @@ struct shs_shadow {
     shs_coll_t *coll;
     bool leaving; /* a stop was requested: the next check-in says so */
     bool ran_background; /* shs_shadow_start was called: no foreground rounds after */
+    bool finished;       /* shs_shadow_finish ran: no rounds after */
 
     /* EASGD */
     shs_region_t *center_reg, *inbox_reg, *dbuf_reg;
@@ -1156,9 +1157,10 @@ static shs_status_t run_round(shs_shadow_t *sh)
 
     uint64_t dt = shs__now_ns() - t0;
     atomic_store_explicit(&sh->round, r + 1, RELAXED);
-    if (sh->round_peers == 0 && (grp.size > 1 || sh->ndead > 0)) {
-        /* every peer of the group was stopped or skipped (or, after a
-         * failure, the re-formed group left this rank alone): not a sync */
+    if (sh->round_peers == 0) {
+        /* every peer of the group was stopped or skipped, the group was this
+         * rank alone (a one-rank job, a schedule's singleton, or the
+         * re-formed group after a failure): not a sync */
         stat_add(&sh->st_idle, 1);
         if (st != SHS_OK)
             note_error(sh, st);
@@ -1260,6 +1262,15 @@ static void *shadow_main(void *arg)
                       shs_status_string(st));
             break;
         }
+        if (sh->size - sh->ndead <= 1) {
+            /* nobody left to sync with, ever (a one-rank job, or every peer
+             * failed or ended): sleep until the stop instead of spinning */
+            pthread_mutex_lock(&sh->lock);
+            while (!stop_requested(sh))
+                pthread_cond_wait(&sh->cond, &sh->lock);
+            pthread_mutex_unlock(&sh->lock);
+            continue;
+        }
         if (sh->round_peers == 0) {
             int step = 64; /* nobody to sync with now: poll at the backoff cap */
             backoff(sh, &step);
@@ -1290,8 +1301,8 @@ shs_status_t shs_shadow_start(shs_shadow_t *sh)
         return SHS_ERR_INVALID_ARG;
     if (atomic_load(&sh->running) || sh->poisoned)
         return SHS_ERR_BAD_STATE;
-    if (sh->leaving)
-        return SHS_ERR_BAD_STATE; /* the ring's members count this rank as gone */
+    if (sh->leaving || sh->finished)
+        return SHS_ERR_BAD_STATE; /* the ring's members count this rank as gone, or done */
     if (shs_region_check(sh->model) != SHS_OK)
         return SHS_ERR_BAD_STATE; /* the model was freed while registered (logged) */
     if (shs__ctx_lend(sh->ctx, "a shadow engine's thread") != SHS_OK)
@@ -1333,7 +1344,7 @@ shs_status_t shs_shadow_sync(shs_shadow_t *sh)
 {
     if (sh == NULL)
         return SHS_ERR_INVALID_ARG;
-    if (atomic_load(&sh->running) || sh->poisoned)
+    if (atomic_load(&sh->running) || sh->poisoned || sh->finished)
         return SHS_ERR_BAD_STATE;
     if (sh->ran_background) {
         /* the ranks' round counters parted while their threads ran (each
@@ -1349,6 +1360,73 @@ shs_status_t shs_shadow_sync(shs_shadow_t *sh)
     sh->bmuf = sh->bmuf_fg; /* FR-BMUF's defaults */
     shs_status_t st = run_round(sh);
     ftz_leave(csr);
+    return st;
+}
+
+/* --------------------------------------------------------------- finish */
+
+shs_status_t shs_shadow_finish(shs_shadow_t *sh)
+{
+    if (sh == NULL)
+        return SHS_ERR_INVALID_ARG;
+    if (atomic_load(&sh->running)) {
+        SHS_ERROR("shs_shadow_finish: refused: the shadow thread runs (shs_shadow_stop first)");
+        return SHS_ERR_BAD_STATE;
+    }
+    if (sh->ndead > 0) {
+        SHS_ERROR("shs_shadow_finish: %d peer(s) failed or gone: the ranks cannot be settled "
+                  "(their models stay as they are)", sh->ndead);
+        return SHS_ERR_PEER_FAILED;
+    }
+    /* every delta this rank sent has landed at its owner (flush), and so has
+     * every rank's (barrier); then each owner applies what its inbox holds
+     * and acknowledges it; the second barrier lets the acknowledgements land
+     * before the credits are counted */
+    shs_status_t st = shs_flush(sh->ctx, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT);
+    if (st == SHS_OK)
+        st = shs_ctx_barrier(sh->ctx);
+    if (st == SHS_OK && sh->algo == SHS_SHADOW_EASGD) {
+        st = service_inbox(sh, true);
+        if (st == SHS_OK)
+            st = shs_flush(sh->ctx, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT);
+        if (st == SHS_OK)
+            st = shs_ctx_barrier(sh->ctx);
+        /* the acknowledgements of this rank's deltas: all credits back
+         * means every delta it sent was applied */
+        shs__deadline_t dl = shs__deadline_in_ms(sh->wait_ms);
+        for (int p = 0; st == SHS_OK && p < sh->size; p++) {
+            int step = 0;
+            while (p != sh->rank && sh->credits[p] < EASGD_CREDITS && st == SHS_OK) {
+                st = service_inbox(sh, true);
+                if (st == SHS_OK && sh->credits[p] < EASGD_CREDITS) {
+                    if (shs__deadline_passed(dl)) {
+                        SHS_ERROR("shs_shadow_finish: owner %d did not acknowledge this rank's "
+                                  "last delta within %d ms", p, sh->wait_ms);
+                        st = SHS_ERR_TIMEOUT;
+                    }
+                    backoff(sh, &step);
+                }
+            }
+        }
+    }
+    if (st == SHS_OK && sh->algo != SHS_SHADOW_EASGD) {
+        /* MA, BMUF: the replicas become their exact mean, so each rank's
+         * own model no longer carries the drift since its last round */
+        shs_coll_params_t cp;
+        shs_coll_t *coll = NULL;
+        memset(&cp, 0, sizeof(cp));
+        cp.field_mask = SHS_COLL_PARAM_STAGE_BYTES | SHS_COLL_PARAM_TIMEOUT;
+        cp.stage_bytes = 0; /* the model is a region: no staging */
+        cp.timeout_ms = sh->wait_ms;
+        st = shs_coll_create(sh->ctx, &cp, &coll);
+        if (st == SHS_OK)
+            st = shs_allreduce_region(coll, NULL, sh->model, sh->model_off, sh->n,
+                                      SHS_DTYPE_FLOAT32, SHS_REDUCE_AVG);
+        shs_coll_destroy(coll);
+    }
+    sh->finished = true;
+    if (st != SHS_OK)
+        note_error(sh, st);
     return st;
 }
 
@@ -1496,6 +1574,11 @@ static shs_status_t resolve_params(shs_shadow_t *sh, const shs_shadow_params_t *
     }
     /* the largest group: every round's group must fit the receive chunks */
     shs_group_t g;
+    if ((unsigned)sh->sched.kind > SHS_SCHED_RANDOM) {
+        SHS_ERROR("shadow: unknown schedule kind %d (expected SHS_SCHED_ALL, _HYPERCUBE, "
+                  "_GENERAL or _RANDOM)", (int)sh->sched.kind);
+        return SHS_ERR_INVALID_ARG;
+    }
     st = shs_schedule_group(&sh->sched, sh->size, sh->rank, 0, &g);
     if (st != SHS_OK) {
         SHS_ERROR("shadow: schedule kind %d with group size %d does not fit %d ranks",
@@ -1567,13 +1650,20 @@ shs_status_t shs_shadow_create(shs_ctx_t *ctx, shs_region_t *model, size_t offse
                                const shs_shadow_params_t *params, shs_shadow_t **shadow_p)
 {
     shs_status_t st;
-    if (ctx == NULL || model == NULL || shadow_p == NULL || count == 0 ||
-        offset % sizeof(float) != 0 || offset > shs_region_len(model) ||
-        count > (shs_region_len(model) - offset) / sizeof(float)) {
-        SHS_ERROR("shadow: bad model range (offset %zu, %zu floats, region of %zu bytes)",
-                  offset, count, model != NULL ? shs_region_len(model) : (size_t)0);
+    if (ctx == NULL || model == NULL || shadow_p == NULL) {
+        SHS_ERROR("shs_shadow_create: %s is NULL",
+                  ctx == NULL ? "the context" : model == NULL ? "the model region"
+                                                              : "shadow_p (the output)");
         return SHS_ERR_INVALID_ARG;
     }
+    if (count == 0 || offset % sizeof(float) != 0 || offset > shs_region_len(model) ||
+        count > (shs_region_len(model) - offset) / sizeof(float)) {
+        SHS_ERROR("shadow: bad model range (offset %zu, %zu floats, region of %zu bytes)",
+                  offset, count, shs_region_len(model));
+        return SHS_ERR_INVALID_ARG;
+    }
+    if (shs__ctx_refused(ctx, "shs_shadow_create"))
+        return SHS_ERR_BAD_STATE;
     shs_shadow_t *sh = calloc(1, sizeof(*sh));
     if (sh == NULL)
         return SHS_ERR_NO_MEMORY;

@@ -225,8 +225,10 @@ typedef struct shs_shadow_stats {
     double staleness_ms_max;  /* largest per-peer staleness among the peers ever read
                                  (-1: none read yet) */
     int running;              /* nonzero while the shadow thread runs */
-    uint64_t idle_rounds;     /* rounds in which every peer of the group was stopped or
-                                 skipped (not counted in rounds) */
+    uint64_t idle_rounds;     /* rounds that synced with no peer: every peer of the group
+                                 was stopped or skipped, or the group was this rank
+                                 alone (not counted in rounds; a one-rank job's thread
+                                 runs one and then sleeps until the stop) */
     int failed_peers;         /* peers this engine counts as failed (see "Failures");
                                  a peer that stopped and then ended is not counted
                                  unless this rank missed its "stopped" */
@@ -292,6 +294,32 @@ SHS_API shs_status_t shs_shadow_stop(shs_shadow_t *shadow);
  * read.
  */
 SHS_API shs_status_t shs_shadow_sync(shs_shadow_t *shadow);
+
+/*
+ * shs_shadow_finish - end the run: settle what is in flight and make the
+ * result exact. Collective; the thread must be stopped on every rank (after
+ * shs_shadow_stop, or after the last foreground round), and the workers
+ * should be done. A background round keeps the progress a rank's workers
+ * made while it ran (shadow.h, "How a result is applied"), so after the
+ * stop each rank's own model differs from the others by what its workers did
+ * since its last round; for parameters that every example writes (output
+ * biases) that drift is as large as the noise of SGD itself, and a rank's
+ * own model can be visibly miscalibrated (docs/shadow.md, "The end of a
+ * run"). So:
+ *   MA, BMUF: every rank's model becomes the exact mean of the ranks'
+ *             models (one ring allreduce); the sum is kept.
+ *   EASGD:    every delta sent so far is applied to its owner's center
+ *             slice and acknowledged, so replicas + center is conserved and
+ *             shs_shadow_center reads a settled slice; replicas are kept.
+ * It is also the way to wait until every rank's engine is done (barriers
+ * are refused while a thread runs). Afterwards the engine runs no more
+ * rounds (start and sync return SHS_ERR_BAD_STATE): destroy it.
+ * Status: SHS_OK; SHS_ERR_BAD_STATE (this rank's thread runs);
+ * SHS_ERR_PEER_FAILED (a peer failed or ended: nothing is changed);
+ * SHS_ERR_TIMEOUT; SHS_ERR_INVALID_ARG; what shs_coll_create and
+ * shs_allreduce_region return.
+ */
+SHS_API shs_status_t shs_shadow_finish(shs_shadow_t *shadow);
 
 /*
  * shs_shadow_stats - copy the statistics to *stats_p. Thread-safe.

@@ -21,6 +21,15 @@
  *   freed    caller memory unmapped while registered: shs_region_check and
  *            shs_region_destroy name it (the device would otherwise serve
  *            the old pinned pages without any error)
+ *   shadow, shadow-lent  a shadow engine of a one-rank job: bad parameters
+ *            named (NULL model, unknown schedule kind, pin_cpus "banana");
+ *            its model cannot be destroyed; while its thread runs, barriers,
+ *            regions, channels, collectives and ctx destroy are refused and
+ *            change nothing; the thread idles (no rounds counted); no
+ *            foreground round after a background run; NULL handles are safe;
+ *            channels are allocated and a taken one is refused (two cases:
+ *            the same run, each checks four of the log's sentences)
+ *   pin      SHS_SHADOW_PIN=banana: the context is refused, the knob named
  *
  * Each case runs in a child process (one rank, oob) whose log the launcher
  * checks for the expected sentences. Exit status: 0 pass, 1 fail, 77 no RDMA
@@ -189,6 +198,105 @@ static void case_freed(void)
     shs_ctx_destroy(ctx);
 }
 
+/* A shadow engine of a one-rank job: the thread idles (no busy rounds), and
+ * every call the headers forbid while it runs is refused with a status (or,
+ * for void calls, a log line) and changes nothing; NULL handles are safe. */
+static void case_shadow(void)
+{
+    if (shs_ctx_rank(NULL) != -1 || shs_ctx_size(NULL) != -1 || shs_region_addr(NULL) != NULL ||
+        shs_region_len(NULL) != 0)
+        fail("NULL handles: rank %d, size %d, addr %p, len %zu", shs_ctx_rank(NULL),
+             shs_ctx_size(NULL), shs_region_addr(NULL), shs_region_len(NULL));
+    shs_ctx_t *ctx = ctx_or_fail();
+    shs_region_t *model, *other;
+    CHECK_EQ(shs_region_alloc(ctx, 4096, SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_READ, &model),
+             SHS_OK);
+    float *w = shs_region_addr(model);
+    for (int i = 0; i < 1024; i++)
+        w[i] = (float)i;
+    shs_shadow_t *sh = NULL;
+    shs_shadow_params_t p;
+    memset(&p, 0, sizeof(p));
+    /* bad parameters name themselves */
+    CHECK_EQ(shs_shadow_create(ctx, NULL, 0, 16, NULL, &sh), SHS_ERR_INVALID_ARG);
+    CHECK_EQ(shs_shadow_create(ctx, model, 0, 16, NULL, NULL), SHS_ERR_INVALID_ARG);
+    p.field_mask = SHS_SHADOW_PARAM_SCHEDULE;
+    p.schedule.kind = (shs_schedule_kind_t)42;
+    CHECK_EQ(shs_shadow_create(ctx, model, 0, 1024, &p, &sh), SHS_ERR_INVALID_ARG);
+    p.field_mask = SHS_SHADOW_PARAM_PIN_CPUS;
+    p.pin_cpus = "banana";
+    CHECK_EQ(shs_shadow_create(ctx, model, 0, 1024, &p, &sh), SHS_ERR_CONFIG);
+    if (sh != NULL)
+        fail("engine handle written on failure");
+    p.pin_cpus = "none";
+    CHECK_EQ(shs_shadow_create(ctx, model, 0, 1024, &p, &sh), SHS_OK);
+
+    /* the model is held by the engine even while it is stopped */
+    shs_region_destroy(model);
+    if (shs_region_check(model) != SHS_OK || w[5] != 5.0f)
+        fail("the engine's model was destroyed under it");
+
+    CHECK_EQ(shs_shadow_start(sh), SHS_OK);
+    usleep(300 * 1000);
+    /* while the thread runs: refused, and nothing changes */
+    CHECK_EQ(shs_ctx_barrier(ctx), SHS_ERR_BAD_STATE);
+    CHECK_EQ(shs_region_alloc(ctx, 4096, SHS_ACCESS_LOCAL_WRITE, &other), SHS_ERR_BAD_STATE);
+    unsigned chan;
+    CHECK_EQ(shs_ctx_channel_alloc(ctx, &chan), SHS_ERR_BAD_STATE);
+    shs_coll_t *coll = NULL;
+    CHECK_EQ(shs_coll_create(ctx, NULL, &coll), SHS_ERR_BAD_STATE);
+    CHECK_EQ(shs_shadow_sync(sh), SHS_ERR_BAD_STATE);
+    shs_ctx_destroy(ctx); /* refused: the context stays whole */
+    shs_region_destroy(model);
+    shs_shadow_stats_t s;
+    CHECK_EQ(shs_shadow_stats(sh, &s), SHS_OK);
+    if (!s.running || s.rounds != 0 || s.idle_rounds > 2)
+        fail("one rank: running %d, %llu rounds, %llu idle rounds in 0.3 s: the thread must "
+             "idle, and a round with no peer is not a sync",
+             s.running, (unsigned long long)s.rounds, (unsigned long long)s.idle_rounds);
+    CHECK_EQ(shs_shadow_stop(sh), SHS_OK);
+    /* the context is back: a barrier works, a foreground round after a
+     * background run is refused */
+    CHECK_EQ(shs_ctx_barrier(ctx), SHS_OK);
+    CHECK_EQ(shs_shadow_sync(sh), SHS_ERR_BAD_STATE);
+    CHECK_EQ(shs_shadow_finish(sh), SHS_OK);
+    CHECK_EQ(shs_shadow_start(sh), SHS_ERR_BAD_STATE);
+    for (int i = 0; i < 1024; i++)
+        if (w[i] != (float)i)
+            fail("one rank: element %d changed to %g", i, (double)w[i]);
+
+    /* channels: allocated ones differ; an explicit one that is taken is refused */
+    unsigned a, b;
+    CHECK_EQ(shs_ctx_channel_alloc(ctx, &a), SHS_OK);
+    CHECK_EQ(shs_coll_create(ctx, NULL, &coll), SHS_OK);
+    CHECK_EQ(shs_ctx_channel_alloc(ctx, &b), SHS_OK);
+    if (a == b || a == 0 || b == 0)
+        fail("channels %u and %u", a, b);
+    shs_coll_params_t cp;
+    memset(&cp, 0, sizeof(cp));
+    cp.field_mask = SHS_COLL_PARAM_CHANNEL;
+    cp.channel = (int)a;
+    shs_coll_t *clash = NULL;
+    CHECK_EQ(shs_coll_create(ctx, &cp, &clash), SHS_ERR_BAD_STATE);
+    shs_ctx_channel_free(ctx, a);
+    CHECK_EQ(shs_coll_create(ctx, &cp, &clash), SHS_OK);
+    shs_coll_destroy(clash);
+    shs_coll_destroy(coll);
+    shs_ctx_channel_free(ctx, b);
+
+    shs_shadow_destroy(sh);
+    shs_region_destroy(model);
+    shs_ctx_destroy(ctx);
+    fprintf(stderr, "shadow: refused as expected\n");
+}
+
+/* A bad SHS_SHADOW_PIN fails the context's creation with the knob named. */
+static void case_pin_knob(void)
+{
+    shs_ctx_t *ctx = NULL;
+    CHECK_EQ(shs_ctx_create(NULL, &ctx), SHS_ERR_CONFIG);
+}
+
 /* ------------------------------------------------------------- launcher */
 
 typedef struct bad_case {
@@ -216,6 +324,13 @@ static const bad_case_t cases[] = {
     {"freed", {{NULL}}, case_freed,
      {"its memory was unmapped while registered", "destroy the region first",
       "freed: refused as expected"}},
+    {"shadow", {{NULL}}, case_shadow,
+     {"the model region is NULL", "unknown schedule kind 42", "pin_cpus \"banana\"",
+      "shadow: refused as expected"}},
+    {"shadow-lent", {{NULL}}, case_shadow,
+     {"shs_ctx_barrier: refused: the context is lent to", "is in use by a shadow engine",
+      "shs_ctx_destroy: refused", "foreground rounds cannot follow a background run"}},
+    {"pin", {{"SHS_SHADOW_PIN", "banana"}}, case_pin_knob, {"SHS_SHADOW_PIN", "banana"}},
 };
 
 static bool have_rdma_device(void)
@@ -245,7 +360,8 @@ int main(int argc, char **argv)
         if (strcmp(argv[argc - 1], cases[i].name) == 0)
             c = &cases[i];
     if (c == NULL) {
-        fprintf(stderr, "usage: %s device|gid|port|region|memlock|fork|freed\n", argv[0]);
+        fprintf(stderr, "usage: %s device|gid|port|region|memlock|fork|freed|shadow|"
+                "shadow-lent|pin\n", argv[0]);
         return RC_FAIL;
     }
     if (argc == 3 && strcmp(argv[1], "--child") == 0) {

@@ -12,14 +12,18 @@
  *              no errors, staleness below a bound while running
  *   ma-ds      S-MA with the hypercube schedule, g = 2: the exact mean
  *   ring-all, ring-ds  the same two over the ring data path (ring allreduce)
- *   easgd      S-EASGD: every replica and the center converge to the mean
+ *   easgd      S-EASGD: every replica and the center converge to the mean;
+ *              after a few rounds, stop and shs_shadow_finish: replicas +
+ *              center hold their initial sum (no delta left in an inbox)
  *   stop       S-MA while two worker threads keep writing the model: rank 1
  *              stops early and the others skip it without errors; stop joins
  *              within a bound; workers never blocked
  *   stop-ring  the same on the ring path (the leaving check-in)
  *   conserve   S-MA while workers add known increments: the sum over ranks
  *              is the initial sum plus every increment (bar the few lost in
- *              the delta application's load-store window)
+ *              the delta application's load-store window); then
+ *              shs_shadow_finish: every replica equal, the sum kept, no
+ *              rounds accepted after it
  *   bmuf       FR-BMUF with identical replicas plus per-rank offsets: one
  *              round gives the BMUF step of the mean (checked by hand rule)
  *
@@ -233,10 +237,46 @@ static void case_easgd(shs_ctx_t *ctx, shs_region_t *model)
     wait_rounds(sh, 100);
     check_stats(sh, n, "s-easgd");
     CHECK_OK(shs_shadow_stop(sh));
-    CHECK_OK(shs_ctx_barrier(ctx)); /* every rank stopped: the center is settled */
+    CHECK_OK(shs_shadow_finish(sh)); /* every rank stopped, every delta applied */
     check_mean(w, 0, N_ELEMS, n, 1e-3f, "s-easgd replica");
     check_mean(c, off, len, n, 1e-3f, "s-easgd center");
     shs_shadow_destroy(sh);
+
+    /* a few rounds only, so the last deltas are large: after the finish the
+     * replicas and the center together hold their initial sum */
+    shs_region_t *res;
+    CHECK_OK(shs_region_alloc(ctx, 4096, SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_READ, &res));
+    fill(w, g_rank);
+    CHECK_OK(shs_shadow_create(ctx, model, 0, N_ELEMS, &p, &sh));
+    CHECK_OK(shs_shadow_center(sh, &c, &off, &len));
+    CHECK_OK(shs_shadow_start(sh));
+    wait_rounds(sh, 3 + (uint64_t)g_rank);
+    CHECK_OK(shs_shadow_stop(sh));
+    CHECK_OK(shs_shadow_finish(sh));
+    double *mine = shs_region_addr(res);
+    mine[0] = 0;
+    for (size_t i = 0; i < N_ELEMS; i++)
+        mine[0] += w[i];
+    for (size_t i = 0; i < len; i++)
+        mine[0] += c[i];
+    CHECK_OK(shs_ctx_barrier(ctx));
+    if (g_rank == 0) {
+        double total = mine[0], want = 0;
+        for (int r = 1; r < n; r++) {
+            CHECK_OK(shs_read(ctx, r, res, 64, res, 0, 8, SHS_OP_SIGNAL));
+            CHECK_OK(shs_flush(ctx, r, SHS_TIMEOUT_DEFAULT));
+            total += mine[8];
+        }
+        for (int r = 0; r < n; r++)
+            for (size_t i = 0; i < N_ELEMS; i++)
+                want += value(r, i) * (1.0 + 1.0 / n); /* the center starts at the mean */
+        printf("easgd finish: replicas + center %.3f, initial %.3f\n", total, want);
+        if (fabs(total - want) > 1e-5 * fabs(want) + 1.0)
+            fail("easgd finish: replicas + center is %.3f, expected %.3f", total, want);
+    }
+    CHECK_OK(shs_ctx_barrier(ctx));
+    shs_shadow_destroy(sh);
+    shs_region_destroy(res);
 }
 
 /* ---------------------------------------------------------------- stop */
@@ -416,6 +456,7 @@ static void case_conserve(shs_ctx_t *ctx, shs_region_t *model, bool staggered)
              shs_status_string(s.last_error));
 
     double *mine = shs_region_addr(res);
+    double before = 0;
     mine[0] = 0;
     for (size_t i = 0; i < N_ELEMS; i++)
         mine[0] += w[i];
@@ -440,7 +481,35 @@ static void case_conserve(shs_ctx_t *ctx, shs_region_t *model, bool staggered)
         if (lost < -1.0 - adds * 1e-3 || lost > 1.0 + adds * 1e-3)
             fail("conserve: the ranks' sum is %.3f, expected %.3f (+%.0f increments)", total,
                  initial + adds, adds);
+        before = total;
     }
+    /* the end of the run: every replica becomes the exact mean (the drift
+     * since each rank's last round is gone), the sum is kept */
+    CHECK_OK(shs_shadow_finish(sh));
+    mine[0] = 0;
+    mine[1] = 0;
+    for (size_t i = 0; i < N_ELEMS; i++) {
+        mine[0] += w[i];
+        mine[1] += w[i] * (double)(i % 97);
+    }
+    CHECK_OK(shs_ctx_barrier(ctx));
+    if (g_rank == 0) {
+        double sum0 = mine[0], chk0 = mine[1], total = mine[0];
+        for (int r = 1; r < n; r++) {
+            CHECK_OK(shs_read(ctx, r, res, 64, res, 0, 16, SHS_OP_SIGNAL));
+            CHECK_OK(shs_flush(ctx, r, SHS_TIMEOUT_DEFAULT));
+            total += mine[8];
+            if (fabs(mine[8] - sum0) > 1e-6 * fabs(sum0) + 1.0 ||
+                fabs(mine[9] - chk0) > 1e-6 * fabs(chk0) + 1.0)
+                fail("finish: rank %d holds sum %.3f / checksum %.3f, rank 0 %.3f / %.3f: the "
+                     "replicas differ", r, mine[8], mine[9], sum0, chk0);
+        }
+        printf("finish: every replica equal, sum %.3f (before %.3f)\n", total, before);
+        if (fabs(total - before) > 1e-5 * fabs(before) + 1.0)
+            fail("finish: the sum moved from %.3f to %.3f", before, total);
+    }
+    if (shs_shadow_start(sh) != SHS_ERR_BAD_STATE || shs_shadow_sync(sh) != SHS_ERR_BAD_STATE)
+        fail("rounds accepted after shs_shadow_finish");
     CHECK_OK(shs_ctx_barrier(ctx));
     shs_shadow_destroy(sh);
     shs_region_destroy(res);

@@ -50,6 +50,7 @@
 #define MAX_CKPT 64
 #define PROGRESS_EVERY 64 /* examples between a worker's progress publications */
 #define MONITOR_SLEEP_US 5000
+#define TRACE_MAX 4096 /* --dump samples: 20 s at one per monitor tick */
 
 typedef struct opts {
     const char *mode;
@@ -78,6 +79,7 @@ typedef struct opts {
     float bmuf_eta, bmuf_zeta, easgd_alpha; /* < 0: the engine's default */
     int bmuf_nesterov;                      /* < 0: the engine's default */
     int dump;                               /* write the final model next to the JSON */
+    int no_finish;                          /* skip shs_shadow_finish at the end */
 } opts_t;
 
 typedef struct run {
@@ -220,7 +222,10 @@ static void usage(FILE *f)
             "                    is seen or S seconds pass (fault tests)\n"
             "  --bmuf-eta E --bmuf-zeta Z --bmuf-nesterov 0|1 --easgd-alpha A\n"
             "                    the rules' parameters (default: the engine's, shadow.h)\n"
-            "  --dump            also write the final model (raw float32) beside the JSON\n");
+            "  --dump            also write the final model (raw float32) and a trace of\n"
+            "                    the output biases over time beside the JSON\n"
+            "  --no-finish       sync modes: evaluate each rank's model as the last round\n"
+            "                    left it (no shs_shadow_finish)\n");
 }
 
 static void parse(int argc, char **argv, opts_t *o)
@@ -258,7 +263,7 @@ static void parse(int argc, char **argv, opts_t *o)
         {"fault-cmd", 1, NULL, 'F'},    {"hold", 1, NULL, 'O'},
         {"bmuf-eta", 1, NULL, 'a'},     {"bmuf-zeta", 1, NULL, 'z'},
         {"bmuf-nesterov", 1, NULL, 'N'}, {"easgd-alpha", 1, NULL, 'A'},
-        {"dump", 0, NULL, 'D'},
+        {"dump", 0, NULL, 'D'},         {"no-finish", 0, NULL, 'Q'},
         {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -294,6 +299,7 @@ static void parse(int argc, char **argv, opts_t *o)
         case 'N': o->bmuf_nesterov = atoi(optarg); break;
         case 'A': o->easgd_alpha = (float)atof(optarg); break;
         case 'D': o->dump = 1; break;
+        case 'Q': o->no_finish = 1; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); exit(2);
         }
@@ -528,6 +534,10 @@ static void train(run_t *r, shs_ctx_t *ctx, const ctr_example_t *eval)
     /* checkpoints at equal fractions of the local pass; a fault run's
      * victim dies on the way; survivors note when they first see a failure */
     r->nckpt = 0;
+    /* --dump: the output biases over time (t, bias, b2, rounds), one sample
+     * per monitor tick, for the per-rank drift between rounds */
+    static double trace[TRACE_MAX][4];
+    int ntrace = 0;
     double fail_t = 0;
     uint64_t fail_done = 0;
     for (;;) {
@@ -574,7 +584,25 @@ static void train(run_t *r, shs_ctx_t *ctx, const ctr_example_t *eval)
         }
         if (done >= r->ntrain)
             break;
+        if (r->o.dump && ntrace < TRACE_MAX) {
+            shs_shadow_stats_t s;
+            double *t = trace[ntrace++];
+            t[0] = now_s() - t0;
+            t[1] = r->model[r->lay.bias];
+            t[2] = r->model[r->lay.b2];
+            t[3] = r->sync && shs_shadow_stats(r->sh, &s) == SHS_OK ? (double)s.rounds : 0;
+        }
         usleep(MONITOR_SLEEP_US);
+    }
+    if (r->o.dump && r->o.out != NULL) {
+        char tp[4096];
+        snprintf(tp, sizeof(tp), "%s/%s.rank%d.trace", r->o.out, r->o.label, r->rank);
+        FILE *tf = fopen(tp, "w");
+        for (int i = 0; tf != NULL && i < ntrace; i++)
+            fprintf(tf, "%.4f %.6f %.6f %.0f\n", trace[i][0], trace[i][1], trace[i][2],
+                    trace[i][3]);
+        if (tf != NULL)
+            fclose(tf);
     }
     result_t res;
     memset(&res, 0, sizeof(res));
@@ -652,6 +680,16 @@ static void train(run_t *r, shs_ctx_t *ctx, const ctr_example_t *eval)
                     "are skipped\n", r->rank, shs_status_string(st));
             teardown = false;
         }
+    }
+    /* the end of the run (shs_shadow_finish): MA/BMUF replicas become their
+     * exact mean, EASGD's center takes its last deltas; without it each
+     * rank's own model carries the drift since its last round */
+    if (r->sync && teardown && !r->o.no_finish) {
+        shs_status_t st = shs_shadow_finish(r->sh);
+        if (st != SHS_OK)
+            die("shs_shadow_finish: %s", shs_status_string(st));
+        memcpy(r->ckpt + (size_t)(r->nckpt - 1) * r->lay.count, r->model,
+               r->lay.count * sizeof(float));
     }
     /* the ranks' own models are evaluated as they are; for the sync modes,
      * also the average of the ranks' final models (one ring allreduce, the

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""The end of a run: after shs_shadow_finish every rank holds the same model.
+
+    ctr_finish.py SHS_LAUNCH SHS_CTR
+
+Runs 4 ranks of shs-ctr in S-MA (small model, one pass), twice: without
+shs_shadow_finish (--no-finish), where each rank's own model carries the
+drift of its workers since its last round (the output biases, which every
+example writes, differ most: printed, not asserted, since it depends on
+timing), and with it (the default), where every rank's final model must be
+the same: the same output biases and the same eval NE, to the printed digit.
+Asserts behaviour, not speed. Exit status: 0 pass, 1 fail, 77 no RDMA device.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+N = 4
+
+
+def run(launch, ctr, out, label, extra):
+    cmd = [launch, "-n", str(N), "--need-rdma", "--timeout", "200", "--",
+           ctr, "--mode", "s-ma", "--workers", "2", "--params", "20000",
+           "--examples", "160000", "--eval", "4000", "--checkpoints", "1",
+           "--out", out, "--label", label] + extra
+    print("+", " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=240)
+    sys.stdout.write(p.stdout)
+    if p.returncode != 0:
+        return p.returncode, []
+    ranks = []
+    for r in range(N):
+        with open(os.path.join(out, f"{label}.rank{r}.json"), encoding="utf-8") as f:
+            ranks.append(json.load(f))
+    return 0, ranks
+
+
+def spread(ranks, key):
+    vals = [r[key] for r in ranks]
+    return max(vals) - min(vals)
+
+
+def main():
+    if len(sys.argv) != 3:
+        print(__doc__)
+        return 2
+    launch, ctr = sys.argv[1], sys.argv[2]
+    if not os.path.isdir("/sys/class/infiniband") or not os.listdir("/sys/class/infiniband"):
+        print("no RDMA device: skipped")
+        return 77
+    with tempfile.TemporaryDirectory() as out:
+        rc, before = run(launch, ctr, out, "nofinish", ["--no-finish"])
+        if rc != 0:
+            return 77 if rc == 77 else 1
+        rc, after = run(launch, ctr, out, "finish", [])
+        if rc != 0:
+            return 77 if rc == 77 else 1
+    for name, ranks in (("without finish", before), ("with finish", after)):
+        print(f"{name}: bias + b2 spread over ranks "
+              f"{spread([{'x': r['bias'] + r['b2']} for r in ranks], 'x'):.6f}, "
+              f"eval NE spread {spread(ranks, 'eval_ne'):.6f}, rounds "
+              f"{[r['rounds'] for r in ranks]}")
+    bad = [k for k in ("bias", "b2", "eval_ne", "auc") if spread(after, k) != 0]
+    if bad:
+        print(f"FAIL: after shs_shadow_finish the ranks' final models differ in {bad}")
+        return 1
+    if any(r["rounds"] == 0 for r in after):
+        print("FAIL: a rank synced no round")
+        return 1
+    print("PASS ctr finish: every rank's final model is the same")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
