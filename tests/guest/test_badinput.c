@@ -30,6 +30,8 @@
  *            channels are allocated and a taken one is refused (two cases:
  *            the same run, each checks four of the log's sentences)
  *   pin      SHS_SHADOW_PIN=banana: the context is refused, the knob named
+ *   knobs    collectives and shadow engines created twice read no knob again:
+ *            a misspelt knob is warned about once, a changed one shown once
  *
  * Each case runs in a child process (one rank, oob) whose log the launcher
  * checks for the expected sentences. Exit status: 0 pass, 1 fail, 77 no RDMA
@@ -290,6 +292,33 @@ static void case_shadow(void)
     fprintf(stderr, "shadow: refused as expected\n");
 }
 
+/* The configuration is resolved once, by the context: creating collectives
+ * and shadow engines on it reads no knob again (the launcher checks that a
+ * misspelt knob is warned about, and a changed knob shown, exactly once). */
+static void case_knobs_once(void)
+{
+    shs_ctx_t *ctx = ctx_or_fail();
+    shs_region_t *model;
+    CHECK_EQ(shs_region_alloc(ctx, 4096, SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_READ, &model),
+             SHS_OK);
+    shs_coll_t *coll;
+    shs_shadow_t *sh;
+    shs_shadow_params_t p;
+    memset(&p, 0, sizeof(p));
+    p.field_mask = SHS_SHADOW_PARAM_PIN_CPUS | SHS_SHADOW_PARAM_PATH;
+    p.pin_cpus = "none";
+    p.path = SHS_SHADOW_PATH_RING; /* it creates a collective of its own */
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ(shs_coll_create(ctx, NULL, &coll), SHS_OK);
+        CHECK_EQ(shs_shadow_create(ctx, model, 0, 1024, &p, &sh), SHS_OK);
+        shs_shadow_destroy(sh);
+        shs_coll_destroy(coll);
+    }
+    shs_region_destroy(model);
+    shs_ctx_destroy(ctx);
+    fprintf(stderr, "knobs: created twice\n");
+}
+
 /* A bad SHS_SHADOW_PIN fails the context's creation with the knob named. */
 static void case_pin_knob(void)
 {
@@ -301,7 +330,7 @@ static void case_pin_knob(void)
 
 typedef struct bad_case {
     const char *name;
-    const char *env[2][2];   /* knobs this case sets */
+    const char *env[3][2];   /* knobs this case sets */
     void (*run)(void);
     const char *expect[4];   /* sentences the child's log must hold */
 } bad_case_t;
@@ -331,6 +360,8 @@ static const bad_case_t cases[] = {
      {"shs_ctx_barrier: refused: the context is lent to", "is in use by a shadow engine",
       "shs_ctx_destroy: refused", "foreground rounds cannot follow a background run"}},
     {"pin", {{"SHS_SHADOW_PIN", "banana"}}, case_pin_knob, {"SHS_SHADOW_PIN", "banana"}},
+    {"knobs", {{"SHS_SHADOW_WAITMS", "5"}, {"SHS_COLL_SLOTS", "5"}, {"SHS_LOG", "info"}}, case_knobs_once,
+     {"1x:SHS_SHADOW_WAITMS is not a knob", "1x:SHS_COLL_SLOTS=5", "knobs: created twice"}},
 };
 
 static bool have_rdma_device(void)
@@ -361,7 +392,7 @@ int main(int argc, char **argv)
             c = &cases[i];
     if (c == NULL) {
         fprintf(stderr, "usage: %s device|gid|port|region|memlock|fork|freed|shadow|"
-                "shadow-lent|pin\n", argv[0]);
+                "shadow-lent|pin|knobs\n", argv[0]);
         return RC_FAIL;
     }
     if (argc == 3 && strcmp(argv[1], "--child") == 0) {
@@ -384,7 +415,7 @@ int main(int argc, char **argv)
     setenv("SHS_LOG", "warn", 1);
     if (dev != NULL && getenv("SHS_DEVICE") == NULL)
         setenv("SHS_DEVICE", dev, 1);
-    for (int i = 0; i < 2 && c->env[i][0] != NULL; i++)
+    for (int i = 0; i < 3 && c->env[i][0] != NULL; i++)
         setenv(c->env[i][0], c->env[i][1], 1);
 
     pid_t pid = fork();
@@ -418,9 +449,15 @@ int main(int argc, char **argv)
         return RC_FAIL;
     }
     for (int i = 0; i < 4 && c->expect[i] != NULL; i++) {
-        const char *want = strcmp(c->expect[i], "@DEV") == 0 ? dev : c->expect[i];
+        /* "1x:" before a sentence: it must appear exactly once */
+        bool once = strncmp(c->expect[i], "1x:", 3) == 0;
+        const char *want = strcmp(c->expect[i], "@DEV") == 0 ? dev : c->expect[i] + (once ? 3 : 0);
         if (want != NULL && strstr(log, want) == NULL) {
             fprintf(stderr, "FAIL %s: the log lacks \"%s\"\n", c->name, want);
+            return RC_FAIL;
+        }
+        if (want != NULL && once && strstr(strstr(log, want) + 1, want) != NULL) {
+            fprintf(stderr, "FAIL %s: \"%s\" appears more than once\n", c->name, want);
             return RC_FAIL;
         }
     }

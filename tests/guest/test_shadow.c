@@ -330,6 +330,10 @@ static void case_stop(shs_ctx_t *ctx, shs_region_t *model, bool ring)
     double took = now_s() - t0;
     if (took > STOP_BOUND_S)
         fail("stop took %.1f s while workers write", took);
+    /* no foreground round after a background run, on either path (the ring
+     * path once answered SHS_ERR_CANCELED, which shadow.h does not list) */
+    if (shs_shadow_sync(sh) != SHS_ERR_BAD_STATE)
+        fail("a foreground round after the background run was not refused");
     /* the workers were never blocked: they still advance (under emulation
      * with 8 workers on 2 CPUs, give them a moment to be scheduled) */
     unsigned long before = wk[0].steps + wk[1].steps;
