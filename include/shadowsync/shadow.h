@@ -109,8 +109,11 @@
  *
  * Threads. The context is driven by one thread at a time (context.h): while
  * the shadow thread runs (between shs_shadow_start and shs_shadow_stop) it
- * owns the context, and the caller must not call anything else on that
- * context (other regions, barriers, one-sided operations). Foreground
+ * owns the context, and every other call on that context from another thread
+ * (regions, barriers, one-sided operations, collectives, shs_ctx_destroy) is
+ * refused with SHS_ERR_BAD_STATE or, for void calls, a log line. To wait
+ * until every rank's engine is done: shs_shadow_stop on every rank, then
+ * shs_shadow_finish (collective) or shs_ctx_barrier. Foreground
  * rounds (shs_shadow_sync) run on the calling thread. Worker threads only
  * read and write the model memory; they never call the library.
  * shs_shadow_stats and shs_shadow_peer_staleness may be called from any
@@ -247,13 +250,23 @@ typedef struct shs_shadow_stats {
  * their models). Does not start a thread. params may be NULL (defaults).
  *
  * Ownership: the model region stays the caller's and must outlive the
- * engine; *shadow_p is the caller's, released with shs_shadow_destroy().
+ * engine (shs_region_destroy refuses it until shs_shadow_destroy); *shadow_p
+ * is the caller's, released with shs_shadow_destroy().
+ *
+ * Access flags the model region needs: none beyond what the caller uses it
+ * for on the pull and ring paths (the engine copies it into its own
+ * registered snapshot slots; the ring allreduce of shs_shadow_finish reads
+ * it locally); SHS_ACCESS_REMOTE_READ on the live path, whose peers read it
+ * directly. Every path works with SHS_ACCESS_LOCAL_WRITE |
+ * SHS_ACCESS_REMOTE_READ.
  *
  * Status: SHS_OK; SHS_ERR_INVALID_ARG (NULL, count 0, misaligned offset,
  * range outside the region, bad parameter, unknown schedule);
  * SHS_ERR_UNSUPPORTED (EASGD on a path other than pull); SHS_ERR_NO_MEMORY;
- * SHS_ERR_CONFIG (bad SHS_SHADOW_* knob); and what shs_region_alloc and
- * shs_ctx_barrier return.
+ * SHS_ERR_CONFIG (pin_cpus other than "auto", "none" or a CPU list);
+ * SHS_ERR_BAD_STATE (the context is lent to another engine's thread, or
+ * SHS_SHADOW_CHANNEL names a channel already taken); and what
+ * shs_region_alloc and shs_ctx_barrier return.
  */
 SHS_API shs_status_t shs_shadow_create(shs_ctx_t *ctx, shs_region_t *model, size_t offset,
                                        size_t count, const shs_shadow_params_t *params,
@@ -262,11 +275,13 @@ SHS_API shs_status_t shs_shadow_create(shs_ctx_t *ctx, shs_region_t *model, size
 /*
  * shs_shadow_start - start the shadow thread, which runs rounds back to back
  * (at most one per min_interval_us) until shs_shadow_stop. From here until
- * stop the thread owns the context. Not collective, but every rank should
+ * stop the thread owns the context: it is lent to the thread (context.h), and
+ * calls on it from other threads are refused. One running engine per
+ * context. Not collective, but every rank should
  * start: peers wait for this rank's snapshots (bounded).
- * Status: SHS_OK; SHS_ERR_BAD_STATE (already running, poisoned by a device
- * failure, or stopped before on the ring path); SHS_ERR_NO_RESOURCE (no
- * thread).
+ * Status: SHS_OK; SHS_ERR_BAD_STATE (already running, another engine's
+ * thread runs on the context, poisoned by a device failure, finished, or
+ * stopped before on the ring path); SHS_ERR_NO_RESOURCE (no thread).
  */
 SHS_API shs_status_t shs_shadow_start(shs_shadow_t *shadow);
 
@@ -288,10 +303,18 @@ SHS_API shs_status_t shs_shadow_stop(shs_shadow_t *shadow);
  * the caller pauses its workers first, then resumes them). Every member of
  * this rank's group must call it for the same round (the round numbers of
  * all ranks advance together when every rank calls it equally often).
- * Status: SHS_OK; SHS_ERR_BAD_STATE (the shadow thread is running, or
- * poisoned); the round's error (SHS_ERR_TIMEOUT, SHS_ERR_PEER_FAILED, ...)
- * when a peer could not be read: the round then used the members it could
- * read.
+ *
+ * Mixing: foreground rounds may come before a background run (every rank
+ * called shs_shadow_sync equally often, so the rounds line up), never after
+ * one: once shs_shadow_start has run on an engine, shs_shadow_sync returns
+ * SHS_ERR_BAD_STATE (the ranks stopped at different rounds, and a stopped
+ * rank is skipped by its peers: a round would include a peer on one side
+ * only). For foreground rounds after a background run, destroy the engine
+ * and create a new one (collective).
+ * Status: SHS_OK; SHS_ERR_BAD_STATE (the shadow thread is running, it ran
+ * before, shs_shadow_finish ran, or poisoned); the round's error
+ * (SHS_ERR_TIMEOUT, SHS_ERR_PEER_FAILED, ...) when a peer could not be read:
+ * the round then used the members it could read.
  */
 SHS_API shs_status_t shs_shadow_sync(shs_shadow_t *shadow);
 
