@@ -30,6 +30,7 @@
  *            channels are allocated and a taken one is refused (two cases:
  *            the same run, each checks four of the log's sentences)
  *   pin      SHS_SHADOW_PIN=banana: the context is refused, the knob named
+ *   rq-depth a context's rq_depth parameter reaches the collectives' check
  *   knobs    collectives and shadow engines created twice read no knob again:
  *            a misspelt knob is warned about once, a changed one shown once
  *
@@ -319,6 +320,31 @@ static void case_knobs_once(void)
     fprintf(stderr, "knobs: created twice\n");
 }
 
+/* A context parameter reaches the collectives: with a receive queue of 8,
+ * 4 slots need 2 * 4 + 6 = 14 receives, so shs_coll_create refuses them
+ * (it checked against the environment's 256 before, then failed in use with
+ * receiver-not-ready); 1 slot (8 receives) fits. */
+static void case_rq_depth(void)
+{
+    shs_ctx_params_t cp;
+    memset(&cp, 0, sizeof(cp));
+    cp.field_mask = SHS_CTX_PARAM_RQ_DEPTH;
+    cp.rq_depth = 8;
+    shs_ctx_t *ctx = NULL;
+    CHECK_EQ(shs_ctx_create(&cp, &ctx), SHS_OK);
+    shs_coll_params_t p;
+    memset(&p, 0, sizeof(p));
+    p.field_mask = SHS_COLL_PARAM_SLOTS;
+    p.slots = 4;
+    shs_coll_t *coll = NULL;
+    CHECK_EQ(shs_coll_create(ctx, &p, &coll), SHS_ERR_CONFIG);
+    p.slots = 1;
+    CHECK_EQ(shs_coll_create(ctx, &p, &coll), SHS_OK);
+    shs_coll_destroy(coll);
+    shs_ctx_destroy(ctx);
+    fprintf(stderr, "rq-depth: the context's depth was used\n");
+}
+
 /* A bad SHS_SHADOW_PIN fails the context's creation with the knob named. */
 static void case_pin_knob(void)
 {
@@ -360,6 +386,8 @@ static const bad_case_t cases[] = {
      {"shs_ctx_barrier: refused: the context is lent to", "is in use by a shadow engine",
       "shs_ctx_destroy: refused", "foreground rounds cannot follow a background run"}},
     {"pin", {{"SHS_SHADOW_PIN", "banana"}}, case_pin_knob, {"SHS_SHADOW_PIN", "banana"}},
+    {"rq-depth", {{NULL}}, case_rq_depth,
+     {"SHS_RQ_DEPTH (8)", "rq-depth: the context's depth was used"}},
     {"knobs", {{"SHS_SHADOW_WAITMS", "5"}, {"SHS_COLL_SLOTS", "5"}, {"SHS_LOG", "info"}}, case_knobs_once,
      {"1x:SHS_SHADOW_WAITMS is not a knob", "1x:SHS_COLL_SLOTS=5", "knobs: created twice"}},
 };
@@ -392,7 +420,7 @@ int main(int argc, char **argv)
             c = &cases[i];
     if (c == NULL) {
         fprintf(stderr, "usage: %s device|gid|port|region|memlock|fork|freed|shadow|"
-                "shadow-lent|pin|knobs\n", argv[0]);
+                "shadow-lent|pin|knobs|rq-depth\n", argv[0]);
         return RC_FAIL;
     }
     if (argc == 3 && strcmp(argv[1], "--child") == 0) {
