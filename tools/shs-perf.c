@@ -661,6 +661,21 @@ static void bw_post(bench_t *b, bw_state_t *s, size_t size)
     s->posted++;
 }
 
+/* v in fixed notation with at least min_dec decimals and at least sig
+ * significant digits: perftest's columns for ordinary figures, and a rate too
+ * small for them (8 MiB messages at a few MB/s: 0.0000005 Mpps) never reads 0. */
+static const char *fmt_fixed(char *buf, size_t len, double v, int min_dec, int sig)
+{
+    int dec = min_dec;
+    if (isfinite(v) && v > 0) {
+        int need = sig - 1 - (int)floor(log10(v));
+        if (need > dec)
+            dec = need < 30 ? need : 30;
+    }
+    snprintf(buf, len, "%.*f", dec, v);
+    return buf;
+}
+
 static void bw_report(const bench_t *b, size_t size, const result_t *mine, const result_t *other,
                       uint32_t bad)
 {
@@ -674,14 +689,20 @@ static void bw_report(const bench_t *b, size_t size, const result_t *mine, const
         peak = avg;
     double scale = b->o.gbits ? 1e9 / 8 : MB;
     double rate = (double)ops / secs / 1e6;
+    char fpeak[48], favg[48], frate[48];
     if (b->o.json) {
-        printf("{\"test\":\"%s\",\"bytes\":%zu,\"iterations\":%" PRIu64 ",\"bw_peak\":%.6f,"
-               "\"bw_avg\":%.6f,\"bw_unit\":\"%s\",\"msg_rate_mpps\":%.6f%s}\n",
-               b->o.test, size, ops, peak / scale, avg / scale, b->o.gbits ? "Gb/s" : "MB/s",
-               rate, b->o.check ? (bad ? ",\"check\":\"FAIL\"" : ",\"check\":\"ok\"") : "");
+        printf("{\"test\":\"%s\",\"bytes\":%zu,\"iterations\":%" PRIu64 ",\"bw_peak\":%s,"
+               "\"bw_avg\":%s,\"bw_unit\":\"%s\",\"msg_rate_mpps\":%s%s}\n",
+               b->o.test, size, ops, fmt_fixed(fpeak, sizeof(fpeak), peak / scale, 6, 6),
+               fmt_fixed(favg, sizeof(favg), avg / scale, 6, 6), b->o.gbits ? "Gb/s" : "MB/s",
+               fmt_fixed(frate, sizeof(frate), rate, 6, 6),
+               b->o.check ? (bad ? ",\"check\":\"FAIL\"" : ",\"check\":\"ok\"") : "");
     } else {
-        printf(" %-10zu %-13" PRIu64 " %-18.2f %-20.2f %-.6f%s\n", size, ops, peak / scale,
-               avg / scale, rate, b->o.check ? (bad ? "   check FAILED" : "") : "");
+        printf(" %-10zu %-13" PRIu64 " %-18s %-20s %s%s\n", size, ops,
+               fmt_fixed(fpeak, sizeof(fpeak), peak / scale, 2, 3),
+               fmt_fixed(favg, sizeof(favg), avg / scale, 2, 3),
+               fmt_fixed(frate, sizeof(frate), rate, 6, 3),
+               b->o.check ? (bad ? "   check FAILED" : "") : "");
     }
     fflush(stdout);
 }
