@@ -43,19 +43,29 @@ static void sort_group(shs_group_t *grp, int rank)
 /* -------------------------------------------------- general: circle method
  *
  * The rotating "circle method" of round-robin tournaments, cut into blocks.
- * M = N (N odd) or N - 1 (N even, rank N-1 stays put). In round r, with
- * c = r mod M, the ranks are laid out as
- *     c+1, c-1, c+2, c-2, ..., c+(M-1)/2, c-(M-1)/2, c [, N-1]   (mod M)
+ * M = N (N odd) or N - 1 (N even, rank N-1 stays put). In round r of an
+ * unshifted lap, with c = r mod M, the ranks are laid out as
+ *     c+1, c-1, c+2, c-2, ..., c+(M-1)/2, c-(M-1)/2 [, N-1], c   (mod M)
  * and consecutive blocks of g positions are the groups. The pairs of the
  * tournament sit at positions (2k, 2k+1), so with g even no block boundary
  * splits one, and every pair of ranks is paired once in any M consecutive
  * rounds (a and b < M pair when 2c = a + b mod M, M odd; a and N-1 when
  * c = a). With g odd a boundary may split a pair; every other lap of M
- * rounds shifts the layout by one position, and a pair split in one layout
- * (boundary before position 2k+1) is whole in the other (boundary before 2k
- * or 2k+2 only: g >= 3 does not divide two consecutive integers). Hence the
- * bound: M rounds for even g, 2M for odd g. Blocks hold other pairs too, so
- * in practice pairs meet far sooner. */
+ * rounds shifts the layout left by one position, and a pair split in one
+ * layout (boundary before position 2k+1) is whole in the other (boundary
+ * before 2k or 2k+2 only: g >= 3 does not divide two consecutive integers).
+ * Hence the bound: M rounds for even g, 2M for odd g. Blocks hold other
+ * pairs too, so in practice pairs meet far sooner.
+ *
+ * When g divides N - 1 the last position is a group of its own. It must
+ * hold a rotating rank, never the fixed N-1 (which would sit alone for a
+ * whole lap, and with g = N - 1 the other block would hold every rotating
+ * rank, so the partition would not change for M rounds). So c goes last,
+ * after N-1. A shifted lap uses c = (r - 1) mod M and the order
+ * ..., c, N-1, so that after the shift the last position holds c + 1, again
+ * rank r mod M: the lone rank is r mod M in every round, never twice within
+ * M rounds, across lap boundaries too. With g not dividing N - 1, c and N-1
+ * share a block, so their order changes no group. */
 
 typedef struct circle {
     uint64_t m;     /* rotating ranks */
@@ -69,20 +79,24 @@ static circle_t circle_of(uint64_t n, int g, uint64_t round)
     circle_t cr;
     cr.n = n;
     cr.m = n % 2 == 1 ? n : n - 1;
-    cr.c = round % cr.m;
     cr.shifted = g % 2 == 1 && (round / cr.m) % 2 == 1;
+    /* a shifted lap runs one rotation behind (see above) */
+    cr.c = (round % cr.m + (cr.shifted ? cr.m - 1 : 0)) % cr.m;
     return cr;
 }
 
+/* Positions before the shift: the pairs (c+k, c-k) at (2k-2, 2k-1), then c
+ * and the fixed rank. An unshifted lap puts c last, a shifted lap puts it
+ * before the fixed rank; only the order inside that pair differs. */
 static uint64_t circle_pos(const circle_t *cr, uint64_t x)
 {
     uint64_t p;
     if (x >= cr->m) {
-        p = cr->m; /* the fixed rank N-1 */
+        p = cr->shifted ? cr->n - 1 : cr->n - 2; /* the fixed rank N-1 */
     } else {
         uint64_t d = (x + cr->m - cr->c) % cr->m;
         if (d == 0)
-            p = cr->m - 1;
+            p = cr->shifted ? cr->m - 1 : cr->n - 1;
         else if (d <= (cr->m - 1) / 2)
             p = 2 * d - 2;
         else
@@ -95,10 +109,10 @@ static uint64_t circle_rank(const circle_t *cr, uint64_t p)
 {
     if (cr->shifted)
         p = (p + 1) % cr->n;
-    if (p == cr->m)
-        return cr->n - 1;
-    if (p == cr->m - 1)
-        return cr->c;
+    if (p >= cr->m - 1) { /* the last one or two positions: c and N-1 */
+        bool c_here = cr->shifted ? p == cr->m - 1 : p == cr->n - 1;
+        return c_here ? cr->c : cr->n - 1;
+    }
     uint64_t k = p / 2 + 1;
     return p % 2 == 0 ? (cr->c + k) % cr->m : (cr->c + cr->m - k) % cr->m;
 }

@@ -26,6 +26,11 @@
  *                        pair in one group when g is even, any 2M rounds when
  *                        g is odd (shs_schedule_mix_rounds returns that
  *                        bound). g = 2 meets the lower bound N - 1 for even N.
+ *                        With 2 <= g < N every group has at least 2 ranks,
+ *                        except when g divides N - 1: then the last group is
+ *                        the single rank (round mod M), so no rank is alone
+ *                        twice in any M consecutive rounds (M >= N - 1; for
+ *                        even N rank N - 1 is never alone).
  *   SHS_SCHED_RANDOM     groups of g from a permutation drawn from a seeded
  *                        generator for each round (same seed: same groups on
  *                        every rank). The permutation is a keyed Feistel

@@ -1,5 +1,6 @@
 /* DS-Sync schedules: partitions, exact hypercube mixing, the general
  * schedule's pair bound, seeded shuffles. */
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -194,6 +195,166 @@ START_TEST(test_general_pair_bound)
 }
 END_TEST
 
+/* Small N, every g: each round of the general schedule is a partition
+ * (every rank in exactly one group, at most g members, each member reporting
+ * the same group) and, with g < N, not the partition of the round before. */
+START_TEST(test_general_partition_reshuffles)
+{
+    static shs_group_t cur[16], prev[16];
+    for (int n = 2; n <= 16; n++) {
+        for (int g = 2; g <= (n < 8 ? n : 8); g++) {
+            shs_schedule_t s = sched_of(SHS_SCHED_GENERAL, g, 0);
+            int bound = shs_schedule_mix_rounds(&s, n);
+            ck_assert_int_ge(bound, 1);
+            const uint64_t starts[] = {0, 1000003};
+            for (size_t k = 0; k < sizeof(starts) / sizeof(starts[0]); k++) {
+                for (uint64_t r = starts[k]; r < starts[k] + 2 * (uint64_t)bound + 3; r++) {
+                    int owner[16];
+                    for (int i = 0; i < n; i++)
+                        owner[i] = -1;
+                    for (int i = 0; i < n; i++) {
+                        EXPECT_OK(shs_schedule_group(&s, n, i, r, &cur[i]));
+                        EXPECT(cur[i].size >= 1 && cur[i].size <= g, "n %d g %d round %llu: "
+                               "group of %d has %d members", n, g, (unsigned long long)r, i,
+                               cur[i].size);
+                        EXPECT(cur[i].ranks[cur[i].index] == i, "rank %d not at its index", i);
+                    }
+                    for (int i = 0; i < n; i++)
+                        for (int m = 0; m < cur[i].size; m++) {
+                            int j = cur[i].ranks[m];
+                            EXPECT(j >= 0 && j < n, "member %d out of range", j);
+                            EXPECT(same_members(&cur[i], &cur[j]), "n %d g %d round %llu: ranks "
+                                   "%d and %d disagree on their group", n, g,
+                                   (unsigned long long)r, i, j);
+                            EXPECT(owner[j] == -1 || owner[j] == cur[i].ranks[0],
+                                   "rank %d in two groups", j);
+                            owner[j] = cur[i].ranks[0];
+                        }
+                    for (int i = 0; i < n; i++)
+                        EXPECT(owner[i] != -1, "rank %d in no group", i);
+                    if (g < n && r > starts[k]) {
+                        bool same = true;
+                        for (int i = 0; i < n && same; i++)
+                            same = same_members(&cur[i], &prev[i]);
+                        EXPECT(!same, "n %d g %d: round %llu repeats the partition of the "
+                               "round before", n, g, (unsigned long long)r);
+                    }
+                    memcpy(prev, cur, sizeof(cur));
+                }
+            }
+        }
+    }
+}
+END_TEST
+
+/* A rank alone synchronizes with nobody. With N > g >= 2 a group of one
+ * exists only when g divides N - 1, exactly one, rank (round mod M): no
+ * rank is alone twice in any N - 1 consecutive rounds (so never in two
+ * consecutive ones), across lap boundaries too. */
+START_TEST(test_general_alone_rotates)
+{
+    for (int n = 3; n <= 40; n++) {
+        for (int g = 2; g < n && g <= 9; g++) {
+            shs_schedule_t s = sched_of(SHS_SCHED_GENERAL, g, 0);
+            int bound = shs_schedule_mix_rounds(&s, n);
+            const uint64_t starts[] = {0, 1000003, (uint64_t)1 << 40};
+            for (size_t k = 0; k < sizeof(starts) / sizeof(starts[0]); k++) {
+                uint64_t last[NMAX];
+                bool was_alone[NMAX] = {false};
+                for (uint64_t r = starts[k]; r < starts[k] + 3 * (uint64_t)bound + 3; r++) {
+                    int alone = 0;
+                    for (int i = 0; i < n; i++) {
+                        shs_group_t grp;
+                        EXPECT_OK(shs_schedule_group(&s, n, i, r, &grp));
+                        if (grp.size != 1)
+                            continue;
+                        alone++;
+                        int m = n % 2 == 1 ? n : n - 1; /* as schedule.h promises */
+                        EXPECT((uint64_t)i == r % (uint64_t)m, "n %d g %d round %llu: rank %d "
+                               "alone, not %llu", n, g, (unsigned long long)r, i,
+                               (unsigned long long)(r % (uint64_t)m));
+                        EXPECT(!was_alone[i] || r - last[i] >= (uint64_t)(n - 1),
+                               "n %d g %d: rank %d alone in rounds %llu and %llu", n, g, i,
+                               (unsigned long long)last[i], (unsigned long long)r);
+                        was_alone[i] = true;
+                        last[i] = r;
+                    }
+                    EXPECT(alone == ((n - 1) % g == 0 ? 1 : 0),
+                           "n %d g %d round %llu: %d ranks alone", n, g,
+                           (unsigned long long)r, alone);
+                }
+            }
+        }
+    }
+}
+END_TEST
+
+static double sq_dev(const double *x, int n)
+{
+    double mean = 0, d = 0;
+    for (int i = 0; i < n; i++)
+        mean += x[i] / n;
+    for (int i = 0; i < n; i++)
+        d += (x[i] - mean) * (x[i] - mean);
+    return d;
+}
+
+static void average_round(const shs_schedule_t *s, int n, uint64_t round, double *x)
+{
+    double y[NMAX];
+    for (int i = 0; i < n; i++) {
+        shs_group_t grp;
+        double acc = 0;
+        EXPECT_OK(shs_schedule_group(s, n, i, round, &grp));
+        for (int m = 0; m < grp.size; m++)
+            acc += x[grp.ranks[m]];
+        y[i] = acc / grp.size;
+    }
+    memcpy(x, y, sizeof(double) * (size_t)n);
+}
+
+/* N = g + 1: each round averages all ranks but one. After any round, g ranks
+ * hold a and one holds b, with sum of squared deviations 3/4 (b - a)^2 for
+ * g = 3 (in general g/(g+1) (b - a)^2). If the next round leaves out another
+ * rank, b joins g - 1 of the a's: the gap becomes (b - a)/g, the deviation
+ * shrinks by exactly g^2. Leaving out the same rank again changes nothing.
+ * From x_k = k on 4 ranks (deviation 5), round 0 gives 3 and four more
+ * rounds 3/9^4 = 4.6e-4 < 1e-3; one repeat in those rounds leaves 4.1e-3. */
+START_TEST(test_general_mixes)
+{
+    for (int g = 3; g <= 8; g++) {
+        int n = g + 1;
+        shs_schedule_t s = sched_of(SHS_SCHED_GENERAL, g, 0);
+        int bound = shs_schedule_mix_rounds(&s, n);
+        const uint64_t starts[] = {0, 1, (uint64_t)bound / 2 - 1, (uint64_t)bound - 1, 1000003};
+        for (size_t k = 0; k < sizeof(starts) / sizeof(starts[0]); k++) {
+            double x[NMAX] = {1}; /* one-hot: after a round a != b (x_k = k can give a == b) */
+            average_round(&s, n, starts[k], x);
+            for (uint64_t r = starts[k] + 1; r < starts[k] + 2 * (uint64_t)bound + 2; r++) {
+                /* averaging commutes with x -> (x - mean) / scale: rescale to
+                 * deviation 1 so rounding never reaches the ratio */
+                double mean = 0, scale = sqrt(sq_dev(x, n));
+                for (int i = 0; i < n; i++)
+                    mean += x[i] / n;
+                for (int i = 0; i < n; i++)
+                    x[i] = (x[i] - mean) / scale;
+                average_round(&s, n, r, x);
+                double after = sq_dev(x, n);
+                EXPECT(after <= 1.0 / (g * g) * (1 + 1e-9),
+                       "n %d g %d round %llu: deviation 1 -> %.3g, not reduced %d-fold", n, g,
+                       (unsigned long long)r, after, g * g);
+            }
+        }
+    }
+    shs_schedule_t s = sched_of(SHS_SCHED_GENERAL, 3, 0);
+    double x[4] = {0, 1, 2, 3};
+    for (uint64_t r = 0; r < 5; r++)
+        average_round(&s, 4, r, x);
+    ck_assert_msg(sq_dev(x, 4) < 1e-3, "4 ranks g 3: deviation %.3g after 5 rounds",
+                  sq_dev(x, 4));
+}
+END_TEST
+
 START_TEST(test_random_seeded)
 {
     const int n = 16, g = 4;
@@ -300,6 +461,9 @@ Suite *schedule_suite(void)
     tcase_add_test(tc, test_partition_every_round);
     tcase_add_test(tc, test_hypercube_exact_average);
     tcase_add_test(tc, test_general_pair_bound);
+    tcase_add_test(tc, test_general_partition_reshuffles);
+    tcase_add_test(tc, test_general_alone_rotates);
+    tcase_add_test(tc, test_general_mixes);
     tcase_add_test(tc, test_random_seeded);
     tcase_add_test(tc, test_bounds_and_bad_input);
     suite_add_tcase(s, tc);
