@@ -28,7 +28,39 @@
 enum {
     KIND_DATA = 0,   /* receive item seq has landed (its slot: see slot_of) */
     KIND_CREDIT = 1, /* receive item seq is consumed: its slot is free */
-    KIND_GRANT = 2   /* call seq of this pair may start: all slots are free */
+    KIND_GRANT = 2,  /* call seq of this pair may start: all slots are free; the
+                        sender's call signature is in its grant area */
+    KIND_CTRL = 3    /* payload bit CTRL_HASH clear: the call is aborted (reason,
+                        origin rank); set: the sender's signature hash */
+};
+#define CTRL_HASH (1u << (IMM_KIND_SHIFT - 1))
+#define CTRL_REASON_BITS 3
+#define CTRL_ORIGIN_MASK ((CTRL_HASH - 1) >> CTRL_REASON_BITS)
+#define CTRL_MATCH_MASK (IMM_MATCH_MASK | CTRL_HASH)
+
+/* What the members of one call must agree on. A rank writes it into its
+ * left neighbour's inbox with each grant, and the left neighbour compares it
+ * with its own before it sends anything but the eager first chunk. */
+typedef struct call_sig {
+    uint64_t count;          /* elements of the caller's call */
+    uint64_t elems;          /* elements of this ring (a pass of a staged call) */
+    uint64_t group;          /* hash of the group's ranks in ring order */
+    uint32_t seq;            /* the grant's pair sequence number */
+    uint16_t n;              /* group size; 0: never written */
+    uint8_t dtype;
+    uint8_t op;
+} call_sig_t;
+/* Two signatures (alternate calls) at the end of each per-sender eager slot:
+ * the grant area of that sender in the receiver's inbox, and in the sender's
+ * own inbox (where nobody writes its slot) the source of its grants. */
+#define SIG_AREA (2 * sizeof(call_sig_t))
+
+enum { /* what an aborted call's members disagree on */
+    WHY_OTHER = 0,
+    WHY_GROUP = 1,
+    WHY_COUNT = 2,
+    WHY_DTYPE = 3,
+    WHY_OP = 4
 };
 
 /* The parameters every rank must agree on, compared at setup. */
@@ -67,6 +99,8 @@ struct shs_coll {
      * number that the grant of the next such call carries. */
     uint32_t *calls_from;
     uint32_t *calls_to;
+    uint32_t grants;         /* grants sent: picks this rank's grant source */
+    uint64_t all_hash;       /* group hash of all ranks in rank order; 0: not yet */
     bool poisoned;
     shs_coll_stats_t stats;
 };
@@ -317,6 +351,8 @@ typedef struct ring {
     shs_dtype_t dtype;
     shs_reduce_t op;
     size_t count;
+    size_t call_count;       /* count of the caller's call (>= count when staged) */
+    uint64_t group_hash;
     size_t q, rem;           /* segment j: q + (j < rem) elements */
     size_t chunk_elems;
 
@@ -329,7 +365,8 @@ typedef struct ring {
     uint64_t done;           /* receive items reduced or copied */
     uint64_t credits;        /* shared slots of the right neighbour we may fill */
     uint64_t credits_in;     /* credit notifications taken */
-    bool granted;
+    bool granted;            /* the right's grant has come and its signature matches */
+    bool hash_in;            /* no grant area: the right's signature hash has come */
     bool flushed;            /* all our writes to the right have completed */
     uint32_t seq_to;         /* grant sequence of this call, from the right */
     uint32_t seq_from;       /* ... and towards the left */
@@ -445,13 +482,238 @@ static inline size_t slot_of(const shs_coll_t *coll, int sender, uint64_t t,
     return (size_t)((t - eager_first) % (uint64_t)coll->slots) * coll->slot_bytes;
 }
 
-/* Zero-length write with immediate: a grant or a credit to the left. */
+/* Zero-length write with immediate: a credit to the left. */
 static shs_status_t notify_left(ring_t *r, int kind, uint64_t seq)
 {
     shs_coll_t *coll = r->coll;
     shs_status_t st = shs_write_imm(coll->ctx, r->left, coll->inbox, 0, coll->inbox, 0, 0,
                                     imm_of(r, kind, seq), 0);
     return st == SHS_OK ? st : ring_fail(r, st, r->left, "notifying");
+}
+
+/* ------------------------------------------------------------- signature */
+
+static inline bool has_sig_area(const shs_coll_t *coll)
+{
+    return coll->eager_bytes >= SIG_AREA;
+}
+
+/* Bytes of an eager slot that a first chunk may fill. */
+static inline size_t eager_cap(const shs_coll_t *coll)
+{
+    return has_sig_area(coll) ? coll->eager_bytes - SIG_AREA : coll->eager_bytes;
+}
+
+/* Offset in an inbox of signature `parity` at the end of sender's eager slot. */
+static inline size_t sig_off(const shs_coll_t *coll, int sender, uint32_t parity)
+{
+    return (size_t)coll->slots * coll->slot_bytes + (size_t)(sender + 1) * coll->eager_bytes -
+           SIG_AREA + (size_t)(parity & 1u) * sizeof(call_sig_t);
+}
+
+static inline uint64_t mix64(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h *= 0xbf58476d1ce4e5b9ull;
+    return h ^ (h >> 31);
+}
+
+static uint64_t group_hash(shs_coll_t *coll, const shs_group_t *group, int n)
+{
+    if (group == NULL && coll->all_hash != 0)
+        return coll->all_hash;
+    uint64_t h = mix64(0x73686367u, (uint64_t)n);
+    for (int k = 0; k < n; k++)
+        h = mix64(h, (uint64_t)(group == NULL ? k : group->ranks[k]));
+    h |= 1; /* never 0, the "not yet" of all_hash */
+    if (group == NULL)
+        coll->all_hash = h;
+    return h;
+}
+
+static call_sig_t sig_of(const ring_t *r, uint32_t seq)
+{
+    return (call_sig_t){.count = r->call_count, .elems = r->count, .group = r->group_hash,
+                        .seq = seq, .n = (uint16_t)r->n, .dtype = (uint8_t)r->dtype,
+                        .op = (uint8_t)r->op};
+}
+
+/* The part of a signature that fits a notification (no grant area). */
+static uint32_t sig_hash(const call_sig_t *s)
+{
+    uint64_t h = mix64(mix64(mix64(s->count, s->elems), s->group),
+                       (uint64_t)s->n << 16 | (uint64_t)s->dtype << 8 | s->op);
+    return (uint32_t)(h ^ (h >> 21) ^ (h >> 42)) & (CTRL_HASH - 1);
+}
+
+static unsigned sig_why(const call_sig_t *a, const call_sig_t *b)
+{
+    if (a->n != b->n || a->group != b->group)
+        return WHY_GROUP;
+    if (a->count != b->count || a->elems != b->elems)
+        return WHY_COUNT;
+    if (a->dtype != b->dtype)
+        return WHY_DTYPE;
+    if (a->op != b->op)
+        return WHY_OP;
+    return WHY_OTHER;
+}
+
+static const char *why_name(unsigned why)
+{
+    switch (why) {
+    case WHY_GROUP: return "group";
+    case WHY_COUNT: return "count";
+    case WHY_DTYPE: return "dtype";
+    case WHY_OP: return "op";
+    }
+    return "group, count, dtype or op";
+}
+
+static void sig_describe(char *buf, size_t len, const call_sig_t *s)
+{
+    int k = snprintf(buf, len, "count %llu", (unsigned long long)s->count);
+    if (k > 0 && (size_t)k < len && s->elems != s->count)
+        k += snprintf(buf + k, len - (size_t)k, " (%llu in this pass)",
+                      (unsigned long long)s->elems);
+    if (k > 0 && (size_t)k < len)
+        snprintf(buf + k, len - (size_t)k, ", %s, %s, group of %u ranks %016llx",
+                 s->dtype == SHS_DTYPE_FLOAT32   ? "float32"
+                 : s->dtype == SHS_DTYPE_FLOAT64 ? "float64"
+                                                 : "unknown dtype",
+                 s->op == SHS_REDUCE_SUM ? "sum" : s->op == SHS_REDUCE_AVG ? "avg" : "unknown op",
+                 s->n, (unsigned long long)s->group);
+}
+
+/* End this call on every member: poison the collective and tell both
+ * neighbours (but not the one that told us), who tell theirs. Best effort: a
+ * neighbour that misses it still gives up at its timeout. */
+static shs_status_t abort_call(ring_t *r, unsigned why, int origin, int from)
+{
+    shs_coll_t *coll = r->coll;
+    coll->poisoned = true;
+    uint32_t payload = why | ((uint32_t)origin & CTRL_ORIGIN_MASK) << CTRL_REASON_BITS;
+    int to[2] = {r->left, r->right};
+    for (int k = 0; k < 2; k++)
+        if (to[k] != from && (k == 0 || to[1] != to[0]))
+            (void)shs_write_imm(coll->ctx, to[k], coll->inbox, 0, coll->inbox, 0, 0,
+                                imm_of(r, KIND_CTRL, payload), 0);
+    return SHS_ERR_SIZE_MISMATCH;
+}
+
+static shs_status_t sig_mismatch(ring_t *r, const call_sig_t *theirs, const call_sig_t *mine)
+{
+    char a[160], b[160];
+    unsigned why = sig_why(theirs, mine);
+    sig_describe(a, sizeof(a), theirs);
+    sig_describe(b, sizeof(b), mine);
+    SHS_ERROR("allreduce over %d ranks: the members disagree on the %s: peer %d calls with %s; "
+              "this rank with %s: every member must pass the same group, count, dtype and op "
+              "(call aborted on every member, collective disabled)",
+              r->n, why_name(why), r->right, a, b);
+    return abort_call(r, why, r->coll->rank, -1);
+}
+
+static shs_status_t hash_mismatch(ring_t *r, uint32_t theirs, const call_sig_t *mine)
+{
+    char b[160];
+    sig_describe(b, sizeof(b), mine);
+    SHS_ERROR("allreduce over %d ranks: the members disagree on the group, count, dtype or op: "
+              "peer %d calls with signature %06x, this rank with %06x (%s); every member must "
+              "pass the same ones (SHS_COLL_EAGER below %zu bytes leaves no room for the peer's "
+              "values; call aborted on every member, collective disabled)",
+              r->n, r->right, theirs, sig_hash(mine), b, SIG_AREA);
+    return abort_call(r, WHY_OTHER, r->coll->rank, -1);
+}
+
+/* Grant the shared slots to the left neighbour, with this call's signature.
+ * The copy it is sent from is not written again before the device has sent
+ * it: a call ends only once the left neighbour took the grant (with three
+ * ranks or more, some data it sends us comes after the grant) or, with two,
+ * once every write to the one peer has completed. The receiver's copy
+ * alternates with the pair's calls, since the next call's grant may come
+ * before the receiver has read this one. */
+static shs_status_t send_grant(ring_t *r)
+{
+    shs_coll_t *coll = r->coll;
+    call_sig_t sig = sig_of(r, r->seq_from);
+    uint32_t grant = imm_of(r, KIND_GRANT, r->seq_from);
+    shs_status_t st;
+    if (has_sig_area(coll)) {
+        size_t src = sig_off(coll, coll->rank, coll->grants++);
+        memcpy((char *)shs_region_addr(coll->inbox) + src, &sig, sizeof(sig));
+        st = shs_write_imm(coll->ctx, r->left, coll->inbox, src, coll->inbox,
+                           sig_off(coll, coll->rank, r->seq_from), sizeof(sig), grant, 0);
+    } else {
+        st = shs_write_imm(coll->ctx, r->left, coll->inbox, 0, coll->inbox, 0, 0,
+                           imm_of(r, KIND_CTRL, CTRL_HASH | sig_hash(&sig)), 0);
+        if (st == SHS_OK)
+            st = shs_write_imm(coll->ctx, r->left, coll->inbox, 0, coll->inbox, 0, 0, grant, 0);
+    }
+    return st == SHS_OK ? st : ring_fail(r, st, r->left, "granting to");
+}
+
+/* Another member that found a disagreement has aborted the call. */
+static shs_status_t take_abort(ring_t *r)
+{
+    int from[2] = {r->left, r->right};
+    for (int k = 0; k < 2 && (k == 0 || from[1] != from[0]); k++) {
+        uint32_t imm;
+        if (shs_poll_imm_match(r->coll->ctx, from[k], CTRL_MATCH_MASK, imm_of(r, KIND_CTRL, 0),
+                               NULL, &imm) != SHS_OK)
+            continue; /* nothing there; a failed peer is found elsewhere */
+        unsigned why = imm & ((1u << CTRL_REASON_BITS) - 1);
+        int origin = (int)((imm & (CTRL_HASH - 1)) >> CTRL_REASON_BITS);
+        SHS_ERROR("allreduce over %d ranks: peer %d reports that rank %d found the members "
+                  "disagree on the %s (call aborted on every member, collective disabled)",
+                  r->n, from[k], origin, why_name(why));
+        return abort_call(r, why, origin, from[k]);
+    }
+    return SHS_OK;
+}
+
+/* The grant of the right neighbour, once its signature matches ours. */
+static shs_status_t take_grant(ring_t *r, bool *moved)
+{
+    shs_coll_t *coll = r->coll;
+    call_sig_t mine = sig_of(r, r->seq_to);
+    uint32_t imm;
+    shs_status_t st;
+    if (!has_sig_area(coll) && !r->hash_in) {
+        st = shs_poll_imm_match(coll->ctx, r->right, CTRL_MATCH_MASK,
+                                imm_of(r, KIND_CTRL, CTRL_HASH), NULL, &imm);
+        if (st == SHS_ERR_TIMEOUT)
+            return SHS_OK;
+        if (st != SHS_OK)
+            return ring_fail(r, st, r->right, "waiting for the grant of");
+        if ((imm & (CTRL_HASH - 1)) != sig_hash(&mine))
+            return hash_mismatch(r, imm & (CTRL_HASH - 1), &mine);
+        r->hash_in = true;
+        *moved = true;
+    }
+    st = shs_poll_imm_match(coll->ctx, r->right, IMM_MATCH_MASK, imm_of(r, KIND_GRANT, 0), NULL,
+                            &imm);
+    if (st == SHS_ERR_TIMEOUT)
+        return SHS_OK;
+    if (st != SHS_OK)
+        return ring_fail(r, st, r->right, "waiting for the grant of");
+    if (has_sig_area(coll)) {
+        call_sig_t theirs;
+        memcpy(&theirs, (const char *)shs_region_addr(coll->inbox) + sig_off(coll, r->right, imm),
+               sizeof(theirs));
+        if (theirs.n == 0) /* never written: a grant sent to another collective */
+            return protocol_error(r, r->right, "a grant without a signature", imm, r->seq_to);
+        if (sig_why(&theirs, &mine) != WHY_OTHER)
+            return sig_mismatch(r, &theirs, &mine);
+        if (((theirs.seq ^ imm) & IMM_SEQ_MASK) != 0)
+            return protocol_error(r, r->right, "the signature of a grant", theirs.seq, imm);
+    }
+    if ((imm & IMM_SEQ_MASK) != (r->seq_to & IMM_SEQ_MASK))
+        return protocol_error(r, r->right, "a grant", imm, r->seq_to);
+    r->granted = true;
+    r->credits = (uint64_t)coll->slots;
+    *moved = true;
+    return SHS_OK;
 }
 
 /* Take the notifications that are there; *moved says whether any came. */
@@ -461,18 +723,10 @@ static shs_status_t take_notifications(ring_t *r, bool *moved)
     uint32_t imm;
     shs_status_t st;
 
-    if (!r->granted && r->send_total > r->send_eager) {
-        st = shs_poll_imm_match(coll->ctx, r->right, IMM_MATCH_MASK,
-                                imm_of(r, KIND_GRANT, 0), NULL, &imm);
-        if (st == SHS_OK) {
-            if ((imm & IMM_SEQ_MASK) != (r->seq_to & IMM_SEQ_MASK))
-                return protocol_error(r, r->right, "a grant", imm, r->seq_to);
-            r->granted = true;
-            r->credits = (uint64_t)coll->slots;
-            *moved = true;
-        } else if (st != SHS_ERR_TIMEOUT) {
-            return ring_fail(r, st, r->right, "waiting for the grant of");
-        }
+    if (!r->granted) {
+        st = take_grant(r, moved);
+        if (st != SHS_OK)
+            return st;
     }
     while (r->granted && r->credits_in + (uint64_t)coll->slots + r->send_eager < r->send_total) {
         st = shs_poll_imm_match(coll->ctx, r->right, IMM_MATCH_MASK,
@@ -667,30 +921,37 @@ static shs_status_t ring_run(ring_t *r)
     if (r->send_total > 0) {
         size_t off, len;
         chunk_range(r, send_seg(r, r->su), r->sc, &off, &len);
-        r->send_eager = r->su == 0 && len * r->es <= coll->eager_bytes;
-        r->seq_to = coll->calls_to[r->right]++;
+        r->send_eager = r->su == 0 && len * r->es <= eager_cap(coll);
     }
     if (r->recv_total > 0) {
         size_t off, len;
         chunk_range(r, recv_seg(r, r->ru), r->rc, &off, &len);
-        r->recv_eager = r->ru == 0 && len * r->es <= coll->eager_bytes;
-        r->seq_from = coll->calls_from[r->left]++;
+        r->recv_eager = r->ru == 0 && len * r->es <= eager_cap(coll);
     }
+    r->seq_to = coll->calls_to[r->right]++;
+    r->seq_from = coll->calls_from[r->left]++;
 
     /* The grant hands the shared slots to the left neighbour: they are ours
-     * to give, since all data of our previous call has been consumed. */
-    if (r->recv_total > r->recv_eager) {
-        st = notify_left(r, KIND_GRANT, r->seq_from);
-        if (st != SHS_OK)
-            return st;
-    }
+     * to give, since all data of our previous call has been consumed. It goes
+     * in every call, needed or not, and is taken in every call, because it
+     * carries the signature: a rank sends nothing but its eager chunk before
+     * its right neighbour's signature has matched its own, and ends no call
+     * before that. Each final value goes round the ring from the segment's
+     * first rank, and every hop after the first is such a checked send; the
+     * last reducer, whose value skips the hop back to the first rank, checks
+     * that rank itself (its right neighbour). So a member completes only when
+     * every member has the same signature: with any disagreement the call
+     * completes nowhere, and abort_call makes it fail at once everywhere. */
+    st = send_grant(r);
+    if (st != SHS_OK)
+        return st;
 
     uint64_t last_progress = shs__now_ns();
     uint64_t limit_ns = (uint64_t)coll->timeout_ms * 1000000ull;
     int empty = 0;
     long nap_ns = 1000;
     while (r->done < r->recv_total || r->sent < r->send_total ||
-           (r->send_total > 0 && !r->flushed)) {
+           (r->send_total > 0 && !r->flushed) || !r->granted) {
         bool moved = false;
         st = take_notifications(r, &moved);
         if (st == SHS_OK)
@@ -708,6 +969,14 @@ static shs_status_t ring_run(ring_t *r)
             continue;
         }
         coll->stats.idle_polls++;
+        /* a member that found a disagreement has stopped: nothing will come
+         * (looked for now and then: it costs polls, and only a failed call
+         * sends it) */
+        if ((coll->stats.idle_polls & 15) == 0) {
+            st = take_abort(r);
+            if (st != SHS_OK)
+                return st;
+        }
         /* a call over a group with a failed member can complete nowhere
          * (every member needs its data): give up as soon as the transport
          * has failed any member, not only a neighbour, instead of waiting
@@ -734,11 +1003,16 @@ static shs_status_t ring_run(ring_t *r)
 
 /* ------------------------------------------------------------------- API */
 
-static shs_status_t check_call(shs_coll_t *coll, const shs_group_t *group, shs_dtype_t dtype,
-                               shs_reduce_t op, int *n_p, int *me_p)
+/* A refused call changes nothing: a context lent to the shadow thread is
+ * not this call's failure, and the collective stays usable after the stop. */
+static shs_status_t check_call(shs_coll_t *coll, const char *call, const shs_group_t *group,
+                               shs_dtype_t dtype, shs_reduce_t op, int *n_p, int *me_p)
 {
-    if (coll == NULL || shs_dtype_size(dtype) == 0 ||
-        (op != SHS_REDUCE_SUM && op != SHS_REDUCE_AVG))
+    if (coll == NULL)
+        return SHS_ERR_INVALID_ARG;
+    if (shs__ctx_refused(coll->ctx, call))
+        return SHS_ERR_BAD_STATE;
+    if (shs_dtype_size(dtype) == 0 || (op != SHS_REDUCE_SUM && op != SHS_REDUCE_AVG))
         return SHS_ERR_INVALID_ARG;
     if (coll->poisoned)
         return SHS_ERR_BAD_STATE;
@@ -763,8 +1037,8 @@ static shs_status_t check_call(shs_coll_t *coll, const shs_group_t *group, shs_d
 }
 
 static void ring_init(ring_t *r, shs_coll_t *coll, const shs_group_t *group, int n, int me,
-                      shs_region_t *reg, size_t off, size_t count, shs_dtype_t dtype,
-                      shs_reduce_t op)
+                      shs_region_t *reg, size_t off, size_t count, size_t call_count,
+                      shs_dtype_t dtype, shs_reduce_t op)
 {
     memset(r, 0, sizeof(*r));
     r->coll = coll;
@@ -780,6 +1054,8 @@ static void ring_init(ring_t *r, shs_coll_t *coll, const shs_group_t *group, int
     r->dtype = dtype;
     r->op = op;
     r->count = count;
+    r->call_count = call_count;
+    r->group_hash = group_hash(coll, group, n);
 }
 
 shs_status_t shs_allreduce_region(shs_coll_t *coll, const shs_group_t *group,
@@ -787,7 +1063,7 @@ shs_status_t shs_allreduce_region(shs_coll_t *coll, const shs_group_t *group,
                                   shs_dtype_t dtype, shs_reduce_t op)
 {
     int n, me;
-    shs_status_t st = check_call(coll, group, dtype, op, &n, &me);
+    shs_status_t st = check_call(coll, "shs_allreduce_region", group, dtype, op, &n, &me);
     if (st != SHS_OK)
         return st;
     if (region == NULL)
@@ -798,7 +1074,7 @@ shs_status_t shs_allreduce_region(shs_coll_t *coll, const shs_group_t *group,
     if (n == 1 || count == 0)
         return SHS_OK;
     ring_t r;
-    ring_init(&r, coll, group, n, me, region, offset, count, dtype, op);
+    ring_init(&r, coll, group, n, me, region, offset, count, count, dtype, op);
     return ring_run(&r);
 }
 
@@ -806,7 +1082,7 @@ shs_status_t shs_allreduce(shs_coll_t *coll, const shs_group_t *group, void *buf
                            size_t count, shs_dtype_t dtype, shs_reduce_t op)
 {
     int n, me;
-    shs_status_t st = check_call(coll, group, dtype, op, &n, &me);
+    shs_status_t st = check_call(coll, "shs_allreduce", group, dtype, op, &n, &me);
     if (st != SHS_OK)
         return st;
     if (n == 1 || count == 0)
@@ -824,7 +1100,7 @@ shs_status_t shs_allreduce(shs_coll_t *coll, const shs_group_t *group, void *buf
         size_t k = count - done < pass ? count - done : pass;
         memcpy(stage, user + done * es, k * es);
         ring_t r;
-        ring_init(&r, coll, group, n, me, coll->stage, 0, k, dtype, op);
+        ring_init(&r, coll, group, n, me, coll->stage, 0, k, count, dtype, op);
         st = ring_run(&r);
         if (st != SHS_OK)
             return st;

@@ -34,6 +34,43 @@
  * registration or rendezvous happens in a call. A group of one rank is a
  * no-op (SUM and AVG of one value are that value).
  *
+ * Agreement. Each call's grant carries the rank's call signature (the
+ * caller's count, the elements of the pass, dtype, op, group size and a
+ * hash of the group's ranks in order) to its left neighbour, which compares
+ * it with its own before it sends anything but the eager first chunk, and
+ * no rank ends a call before that check. Members that disagree on count,
+ * dtype, op or group therefore never complete the call: the rank that sees
+ * the difference logs an error naming the peer and both signatures (for
+ * example "the members disagree on the count: peer 1 calls with count 2000,
+ * ...; this rank with count 1000, ..."), and tells its neighbours, who tell
+ * theirs, so that every member returns SHS_ERR_SIZE_MISMATCH within a few
+ * message latencies (each logs which rank found it), never after the
+ * timeout. The members' buffers then hold unspecified values. With
+ * eager_bytes below 64 the signature travels as a 21-bit hash in a
+ * notification instead: the check is the same (a disagreement goes unseen
+ * with probability 2^-21), but the log names only this rank's values.
+ * Not covered: a count of 0 and a group of one return at once on the ranks
+ * that pass them (their peers time out). A disagreement on the group is
+ * seen where a rank takes another for its right neighbour and that rank
+ * takes it for its left one (the grant goes between them), for example a
+ * rotation of the same ring, or a rank left out or added next to a rank
+ * that lists it. Where the ranks' rings share no such pair, or a rank
+ * names ranks that do not call with it, the ranks wait for messages that
+ * never come and fail with SHS_ERR_TIMEOUT (or SHS_ERR_PROTOCOL for a grant
+ * of an unexpected call); ranks whose groups agree among themselves may then
+ * complete without the others.
+ *
+ * After a failed call (a mismatch, a timeout, a failed peer, a protocol
+ * error) the collective is poisoned on every member that took part: every
+ * later shs_allreduce and shs_allreduce_region on it returns
+ * SHS_ERR_BAD_STATE, because notifications and writes of the abandoned call
+ * may still be in flight or queued towards it. To go on, create a new
+ * collective (on every rank, like any create) while the poisoned one still
+ * exists, so that the new one takes another channel and none of the old
+ * call's notifications can reach it; destroy the poisoned one after a
+ * shs_ctx_barrier(). A call refused because the context is lent to the
+ * shadow thread (see Threads) does not poison it.
+ *
  * User buffers. shs_allreduce() takes any memory: it copies the buffer into
  * the collective's registered staging area (stage_bytes), reduces there and
  * copies the result back, in passes of stage_bytes when the buffer is
@@ -47,7 +84,14 @@
  * Channels. Immediates of a collective carry its channel in their top 8
  * bits (rma.h, shs_poll_imm_match), so other users of the context's
  * immediates (for example the shadow engine's owner inbox) are left alone
- * as long as they use other values of those bits.
+ * as long as they use other values of those bits. Unless
+ * SHS_COLL_PARAM_CHANNEL names one, the context allocates the channel
+ * (the highest free one, the same on every rank when all ranks create and
+ * destroy collectives in the same order), so several collectives on one
+ * context have different channels and may be used in any interleaving. An
+ * explicit channel that is taken on a rank makes shs_coll_create fail on
+ * every rank: SHS_ERR_BAD_STATE where it is taken, SHS_ERR_SIZE_MISMATCH
+ * on the others.
  *
  * Hot path: no allocation, no lock, no system call beyond posting, polling
  * and sched_yield() while idle. Every wait is bounded by timeout_ms without
@@ -58,6 +102,10 @@
  *
  * Threads: like the context, a collective is driven by one thread at a
  * time, and that thread must be the only one using the context meanwhile.
+ * While the context is lent to a shadow engine's thread (shadow.h, between
+ * shs_shadow_start and shs_shadow_stop), calls from other threads are
+ * refused with SHS_ERR_BAD_STATE at entry: nothing is sent, the collective
+ * stays usable after the stop.
  */
 #ifndef SHADOWSYNC_COLLECTIVE_H
 #define SHADOWSYNC_COLLECTIVE_H
@@ -112,8 +160,11 @@ typedef struct shs_coll_params {
     int channel;          /* 0..255, top 8 bits of the immediates (SHS_COLL_CHANNEL) */
     int timeout_ms;       /* bound on a wait without progress (SHS_OP_TIMEOUT_MS) */
     size_t eager_bytes;   /* per-sender inbox slot for the first chunk of a call when
-                             it is this small or smaller, a multiple of 8 (capped at
-                             slot_bytes); 0: none (SHS_COLL_EAGER) */
+                             it fits, a multiple of 8 (capped at slot_bytes); its last
+                             64 bytes, when it has them, hold that sender's call
+                             signatures (see Agreement), so a first chunk is eager
+                             when it is at most eager_bytes - 64 bytes; 0: none
+                             (SHS_COLL_EAGER) */
     size_t min_chunk;     /* smallest pipelined chunk, a multiple of 8: a segment
                              smaller than slots * slot_bytes is cut into `slots`
                              chunks of at least this size, so that short calls
@@ -156,11 +207,18 @@ SHS_API void shs_coll_destroy(shs_coll_t *coll);
  * count 0 and groups of one rank return SHS_OK at once without
  * communicating.
  *
- * Status: SHS_OK; SHS_ERR_INVALID_ARG (bad group, NULL buf with count > 0,
- * unknown dtype or op); SHS_ERR_UNSUPPORTED (stage_bytes is 0: use
- * shs_allreduce_region); SHS_ERR_BAD_STATE (an earlier call failed);
- * SHS_ERR_PEER_FAILED, SHS_ERR_TIMEOUT, SHS_ERR_PROTOCOL, or a transport
- * error, after which the collective is poisoned.
+ * Every member must pass the same group, count, dtype and op (see
+ * Agreement above); shs_allreduce and shs_allreduce_region may be mixed
+ * for one call when count fits the staging area (then neither splits it).
+ *
+ * Status: SHS_OK; SHS_ERR_INVALID_ARG (NULL coll, bad group, NULL buf with
+ * count > 0, unknown dtype or op); SHS_ERR_UNSUPPORTED (stage_bytes is 0:
+ * use shs_allreduce_region); SHS_ERR_BAD_STATE (an earlier call failed, or
+ * the context is lent to the shadow thread: refused, changes nothing);
+ * SHS_ERR_SIZE_MISMATCH (the members disagree on count, dtype, op or group:
+ * every member returns it), SHS_ERR_PEER_FAILED, SHS_ERR_TIMEOUT,
+ * SHS_ERR_PROTOCOL, or a transport error, after which the collective is
+ * poisoned.
  */
 SHS_API shs_status_t shs_allreduce(shs_coll_t *coll, const shs_group_t *group, void *buf,
                                    size_t count, shs_dtype_t dtype, shs_reduce_t op);

@@ -18,6 +18,21 @@
  *   shs_test_coll errors   bad arguments, a peer that does not join (timeout,
  *                 then the collective refuses further calls), parameters that
  *                 differ between ranks
+ *   shs_test_coll mismatch [count|small|passes|dtype|op|group]
+ *                 members that disagree on the count (rank 0 passes
+ *                 1000 elements, the others 2000; counts below the group size;
+ *                 a staged call of several passes), the dtype, the op and the
+ *                 group (a rotation: same neighbours, other segments): every
+ *                 rank gets SHS_ERR_SIZE_MISMATCH well before the timeout;
+ *                 the collective then refuses further calls
+ *                 (SHS_ERR_BAD_STATE) and a new one works
+ *   shs_test_coll channels two collectives on one context take different
+ *                 channels (an explicit channel equal to either is refused
+ *                 on every rank, also when only one rank collides) and work
+ *                 interleaved
+ *   shs_test_coll lent     while a shadow engine owns the context, both
+ *                 allreduce entry points are refused with SHS_ERR_BAD_STATE;
+ *                 after the stop the same collective works
  *
  * Reference values: inputs are small integers, so every float32/float64 sum
  * is exact and compared with ==; an average is the exact sum times the
@@ -431,6 +446,221 @@ static void case_errors(shs_ctx_t *ctx)
     shs_coll_destroy(coll);
 }
 
+/* ----------------------------------------------------------------- mismatch */
+
+/* One call of a collective on which this rank passes its own (count, dtype,
+ * op, group): it must fail with SHS_ERR_SIZE_MISMATCH, on time. */
+static void expect_mismatch(shs_coll_t *coll, buffers_t *b, const shs_group_t *group,
+                            size_t count, shs_dtype_t dt, shs_reduce_t op, bool staged,
+                            const char *what)
+{
+    size_t es = shs_dtype_size(dt);
+    if (count * es > b->cap)
+        fail("test buffer too small for %zu elements", count);
+    void *buf = staged ? b->plain : shs_region_addr(b->region);
+    fill(buf, dt, count, g_rank);
+    double t0 = now_s();
+    shs_status_t st = staged ? shs_allreduce(coll, group, buf, count, dt, op)
+                             : shs_allreduce_region(coll, group, b->region, 0, count, dt, op);
+    double took = now_s() - t0;
+    if (st != SHS_ERR_SIZE_MISMATCH)
+        fail("%s: %s (count %zu, %s, %s), expected %s", what, shs_status_string(st), count,
+             dt == SHS_DTYPE_FLOAT32 ? "f32" : "f64", op == SHS_REDUCE_SUM ? "sum" : "avg",
+             shs_status_string(SHS_ERR_SIZE_MISMATCH));
+    if (took > 4.0)
+        fail("%s: the mismatch took %.1f s to report (the timeout is 8 s)", what, took);
+    /* poisoned: both entry points refuse, on every member */
+    CHECK_EQ(shs_allreduce(coll, NULL, b->plain, 16, SHS_DTYPE_FLOAT32, SHS_REDUCE_SUM),
+             SHS_ERR_BAD_STATE);
+    CHECK_EQ(shs_allreduce_region(coll, NULL, b->region, 0, 16, SHS_DTYPE_FLOAT32,
+                                  SHS_REDUCE_SUM),
+             SHS_ERR_BAD_STATE);
+    if (g_rank == 0)
+        printf("rank 0: %s: every rank failed with a mismatch in %.3f s\n", what, took);
+}
+
+/* only: NULL for every disagreement, or one of count, small, passes, dtype,
+ * op, group */
+static void case_mismatch(shs_ctx_t *ctx, const char *only)
+{
+    int n = shs_ctx_size(ctx);
+    if (n < 2)
+        fail("mismatch needs 2 ranks or more");
+    /* small slots and stage keep seven collectives' regions small; several
+     * passes of the stage for the large call */
+    shs_coll_params_t p = {.field_mask = SHS_COLL_PARAM_SLOT_BYTES | SHS_COLL_PARAM_STAGE_BYTES |
+                                         SHS_COLL_PARAM_TIMEOUT,
+                           .slot_bytes = 64 << 10, .stage_bytes = 1 << 20, .timeout_ms = 8000};
+    enum { NCOLL = 7 };
+    shs_coll_t *coll[NCOLL];
+    for (int k = 0; k < NCOLL; k++)
+        CHECK_OK(shs_coll_create(ctx, &p, &coll[k]));
+    buffers_t b;
+    b.cap = 300000 * sizeof(double);
+    CHECK_OK(shs_region_alloc(ctx, b.cap, SHS_ACCESS_LOCAL_WRITE, &b.region));
+    b.plain = malloc(b.cap);
+    if (b.plain == NULL)
+        fail("malloc");
+    int odd = n > 2 ? 2 : 1; /* a rank that is no neighbour of rank 0 when n > 3 */
+
+#define WANT(name) (only == NULL || strcmp(only, name) == 0)
+    /* the user's report: rank 0 passes 1000 elements, the others 2000 */
+    if (WANT("count"))
+        expect_mismatch(coll[0], &b, NULL, g_rank == 0 ? 1000 : 2000, SHS_DTYPE_FLOAT32,
+                        SHS_REDUCE_SUM, true, "count 1000 on rank 0, 2000 elsewhere");
+    /* counts below the group size (empty segments, no eager first chunk) */
+    if (WANT("small"))
+        expect_mismatch(coll[1], &b, NULL, g_rank == odd ? 1 : (size_t)n + 1,
+                        SHS_DTYPE_FLOAT64, SHS_REDUCE_AVG, false,
+                        "count 1 on one rank, n + 1 elsewhere");
+    /* several chunks and passes of the stage; the first pass has the same
+     * length everywhere, the call's count differs */
+    if (WANT("passes"))
+        expect_mismatch(coll[2], &b, NULL, g_rank == n - 1 ? 200000 : 300000,
+                        SHS_DTYPE_FLOAT64, SHS_REDUCE_SUM, true,
+                        "count 200000 on the last rank, 300000 elsewhere");
+    if (WANT("dtype"))
+        expect_mismatch(coll[3], &b, NULL, 1000,
+                        g_rank == n - 1 ? SHS_DTYPE_FLOAT64 : SHS_DTYPE_FLOAT32, SHS_REDUCE_SUM,
+                        false, "float64 on the last rank, float32 elsewhere");
+    if (WANT("op"))
+        expect_mismatch(coll[4], &b, NULL, 1000, SHS_DTYPE_FLOAT32,
+                        g_rank == odd ? SHS_REDUCE_AVG : SHS_REDUCE_SUM, true,
+                        "avg on one rank, sum elsewhere");
+    /* one rank lists the ring rotated: the same neighbours, but other
+     * segments would be its own */
+    shs_group_t rot = {.size = n};
+    for (int k = 0; k < n; k++)
+        rot.ranks[k] = (k + 1) % n;
+    rot.index = (g_rank + n - 1) % n;
+    if (WANT("group"))
+        expect_mismatch(coll[5], &b, g_rank == odd ? &rot : NULL, 1000, SHS_DTYPE_FLOAT32,
+                        SHS_REDUCE_SUM, false, "a rotated group on one rank");
+#undef WANT
+
+    /* a collective created meanwhile (another channel) is untouched */
+    int all[SHS_GROUP_MAX];
+    for (int r = 0; r < n; r++)
+        all[r] = r;
+    one_allreduce(coll[6], NULL, all, n, &b, 2000, SHS_DTYPE_FLOAT32, SHS_REDUCE_SUM, true);
+    one_allreduce(coll[6], NULL, all, n, &b, 300000, SHS_DTYPE_FLOAT64, SHS_REDUCE_AVG, false);
+    if (g_rank == 0)
+        printf("rank 0: the collective created beside them works\n");
+    CHECK_OK(shs_ctx_barrier(ctx));
+    for (int k = 0; k < NCOLL; k++)
+        shs_coll_destroy(coll[k]);
+    free(b.plain);
+    shs_region_destroy(b.region);
+}
+
+/* ----------------------------------------------------------------- channels */
+
+static void case_channels(shs_ctx_t *ctx)
+{
+    int n = shs_ctx_size(ctx);
+    if (n < 2)
+        fail("channels needs 2 ranks or more");
+    shs_coll_t *a, *b, *c = NULL;
+    CHECK_OK(shs_coll_create(ctx, NULL, &a));
+    CHECK_OK(shs_coll_create(ctx, NULL, &b));
+    /* allocated from the top, in the same order on every rank: a has 255,
+     * b 254; asking for either again is refused on every rank */
+    shs_coll_params_t p = {.field_mask = SHS_COLL_PARAM_CHANNEL};
+    for (int ch = 255; ch >= 254; ch--) {
+        p.channel = ch;
+        CHECK_EQ(shs_coll_create(ctx, &p, &c), SHS_ERR_BAD_STATE);
+    }
+    /* only rank 0 collides: it is refused, and the others fail too */
+    p.channel = g_rank == 0 ? 254 : 200;
+    CHECK_EQ(shs_coll_create(ctx, &p, &c), g_rank == 0 ? SHS_ERR_BAD_STATE : SHS_ERR_SIZE_MISMATCH);
+    /* the channel the others took for the failed create was given back */
+    p.channel = 200;
+    CHECK_OK(shs_coll_create(ctx, &p, &c));
+    if (c == NULL)
+        fail("no collective");
+    shs_coll_destroy(c);
+    if (g_rank == 0)
+        printf("rank 0: channels 255 and 254 taken, a taken one refused on every rank\n");
+
+    /* interleaved calls: a rank that has finished its call on one collective
+     * starts the next on the other while its neighbours still finish theirs */
+    buffers_t buf;
+    buf.cap = 70000 * sizeof(double) + 64;
+    CHECK_OK(shs_region_alloc(ctx, buf.cap, SHS_ACCESS_LOCAL_WRITE, &buf.region));
+    buf.plain = malloc(buf.cap);
+    if (buf.plain == NULL)
+        fail("malloc");
+    int all[SHS_GROUP_MAX];
+    for (int r = 0; r < n; r++)
+        all[r] = r;
+    const size_t counts[] = {1, (size_t)n, 97, 1009, 4099, 65537};
+    for (int it = 0; it < 24; it++) {
+        size_t cnt = counts[it % 6];
+        one_allreduce(it % 2 ? b : a, NULL, all, n, &buf, cnt, (shs_dtype_t)(it / 2 % 2),
+                      (shs_reduce_t)(it / 4 % 2), it % 3 == 0);
+    }
+    shs_coll_stats_t sa, sb;
+    CHECK_OK(shs_coll_get_stats(a, &sa));
+    CHECK_OK(shs_coll_get_stats(b, &sb));
+    if (sa.calls != 12 || sb.calls != 12)
+        fail("calls counted: %llu and %llu, expected 12 each", (unsigned long long)sa.calls,
+             (unsigned long long)sb.calls);
+    if (g_rank == 0)
+        printf("rank 0: two collectives interleaved, 24 calls ok\n");
+    CHECK_OK(shs_ctx_barrier(ctx));
+    free(buf.plain);
+    shs_region_destroy(buf.region);
+    shs_coll_destroy(b);
+    shs_coll_destroy(a);
+}
+
+/* --------------------------------------------------------------------- lent */
+
+static void case_lent(shs_ctx_t *ctx)
+{
+    int n = shs_ctx_size(ctx);
+    shs_coll_t *coll;
+    CHECK_OK(shs_coll_create(ctx, NULL, &coll));
+    buffers_t b;
+    b.cap = 4096 * sizeof(double);
+    CHECK_OK(shs_region_alloc(ctx, b.cap, SHS_ACCESS_LOCAL_WRITE, &b.region));
+    b.plain = malloc(b.cap);
+    shs_region_t *model;
+    CHECK_OK(shs_region_alloc(ctx, 1024 * sizeof(float),
+                              SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_READ, &model));
+    if (b.plain == NULL)
+        fail("malloc");
+    shs_shadow_params_t sp;
+    memset(&sp, 0, sizeof(sp));
+    sp.field_mask = SHS_SHADOW_PARAM_PIN_CPUS;
+    sp.pin_cpus = "none";
+    shs_shadow_t *sh;
+    CHECK_OK(shs_shadow_create(ctx, model, 0, 1024, &sp, &sh));
+    CHECK_OK(shs_shadow_start(sh));
+    usleep(100 * 1000);
+    /* refused at entry: nothing is sent, nothing poisoned */
+    CHECK_EQ(shs_allreduce(coll, NULL, b.plain, 1000, SHS_DTYPE_FLOAT32, SHS_REDUCE_SUM),
+             SHS_ERR_BAD_STATE);
+    CHECK_EQ(shs_allreduce_region(coll, NULL, b.region, 0, 1000, SHS_DTYPE_FLOAT64,
+                                  SHS_REDUCE_AVG),
+             SHS_ERR_BAD_STATE);
+    CHECK_OK(shs_shadow_stop(sh));
+    CHECK_OK(shs_shadow_finish(sh));
+    int all[SHS_GROUP_MAX];
+    for (int r = 0; r < n; r++)
+        all[r] = r;
+    one_allreduce(coll, NULL, all, n, &b, 1000, SHS_DTYPE_FLOAT32, SHS_REDUCE_SUM, true);
+    one_allreduce(coll, NULL, all, n, &b, 4000, SHS_DTYPE_FLOAT64, SHS_REDUCE_AVG, false);
+    if (g_rank == 0)
+        printf("rank 0: refused while lent, the same collective works after the stop\n");
+    CHECK_OK(shs_ctx_barrier(ctx));
+    shs_shadow_destroy(sh);
+    shs_region_destroy(model);
+    free(b.plain);
+    shs_region_destroy(b.region);
+    shs_coll_destroy(coll);
+}
+
 /* --------------------------------------------------------------------- main */
 
 static bool have_rdma_device(void)
@@ -450,7 +680,8 @@ static bool have_rdma_device(void)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s allreduce [--big] [--large] | dssync | imm | errors\n",
+        fprintf(stderr, "usage: %s allreduce [--big] [--large] | dssync | imm | errors | mismatch "
+                "[count|small|passes|dtype|op|group] | channels | lent\n",
                 argv[0]);
         return RC_FAIL;
     }
@@ -479,6 +710,12 @@ int main(int argc, char **argv)
         case_imm(ctx);
     else if (strcmp(argv[1], "errors") == 0)
         case_errors(ctx);
+    else if (strcmp(argv[1], "mismatch") == 0)
+        case_mismatch(ctx, argc > 2 ? argv[2] : NULL);
+    else if (strcmp(argv[1], "channels") == 0)
+        case_channels(ctx);
+    else if (strcmp(argv[1], "lent") == 0)
+        case_lent(ctx);
     else
         fail("unknown case %s", argv[1]);
     CHECK_OK(shs_ctx_barrier(ctx));
