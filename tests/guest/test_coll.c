@@ -561,6 +561,13 @@ static void case_channels(shs_ctx_t *ctx)
     if (n < 2)
         fail("channels needs 2 ranks or more");
     shs_coll_t *a, *b, *c = NULL;
+    /* the same invalid value on every rank: every rank says SHS_ERR_CONFIG
+     * (its own reason), none SHS_ERR_SIZE_MISMATCH */
+    shs_coll_params_t bad = {.field_mask = SHS_COLL_PARAM_SLOTS, .slots = 100};
+    shs_status_t bst = shs_coll_create(ctx, &bad, &c);
+    if (bst != SHS_ERR_CONFIG || c != NULL)
+        fail("100 slots on every rank: %s, expected %s on every rank", shs_status_string(bst),
+             shs_status_string(SHS_ERR_CONFIG));
     CHECK_OK(shs_coll_create(ctx, NULL, &a));
     CHECK_OK(shs_coll_create(ctx, NULL, &b));
     /* allocated from the top, in the same order on every rank: a has 255,
