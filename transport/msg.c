@@ -6,6 +6,7 @@
 
 #include "runtime/log.h"
 #include "runtime/memory.h"
+#include "transport/services.h"
 #include "transport/transport.h"
 
 shs_status_t shs__msg_setup(shs_ctx_t *ctx)
@@ -120,7 +121,7 @@ shs_status_t shs_recv(shs_ctx_t *ctx, int peer, shs_msg_t *msg_p, int timeout_ms
     if (status != SHS_ERR_TIMEOUT)
         return status;
     shs__waiter_t w;
-    shs__waiter_init(&w, ctx, timeout_ms);
+    shs__ctx_waiter_init(&w, ctx, timeout_ms);
     for (;;) {
         int n = shs__poll(ctx);
         if (n < 0)

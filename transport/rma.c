@@ -8,6 +8,7 @@
 
 #include "runtime/clock.h"
 #include "runtime/log.h"
+#include "transport/services.h"
 #include "transport/transport.h"
 
 
@@ -105,7 +106,7 @@ static shs_status_t reserve(shs_ctx_t *ctx, shs__conn_t *conn, unsigned n, uint6
     uint64_t last_done = conn->sq_done;
     shs__waiter_t w;
 
-    shs__waiter_init(&w, ctx, -1);
+    shs__ctx_waiter_init(&w, ctx, -1);
     while (must_wait(ctx, conn, n, rd_bytes)) {
         if (shs__peer_is_failed(conn->peer))
             return SHS_ERR_PEER_FAILED;
@@ -397,7 +398,7 @@ shs_status_t shs_flush(shs_ctx_t *ctx, int peer, int timeout_ms)
         if (r != ctx->rank)
             progress += peer_done_sum(ctx, &ctx->peers[r]);
     shs__waiter_t w;
-    shs__waiter_init(&w, ctx, timeout_ms);
+    shs__ctx_waiter_init(&w, ctx, timeout_ms);
     for (;;) {
         bool busy = false;
         uint64_t now_progress = 0;
@@ -572,7 +573,7 @@ shs_status_t shs_wait_imm_match(shs_ctx_t *ctx, int peer, uint32_t mask, uint32_
     if (shs__ctx_refused(ctx, "shs_wait_imm"))
         return SHS_ERR_BAD_STATE;
     shs__waiter_t w;
-    shs__waiter_init(&w, ctx, timeout_ms);
+    shs__ctx_waiter_init(&w, ctx, timeout_ms);
     bool drained = false;
     for (;;) {
         shs_status_t status = try_imm(ctx, peer, mask, match, peer_p, imm_p);

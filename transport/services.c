@@ -17,6 +17,13 @@ const shs__config_t *shs__ctx_config(const shs_ctx_t *ctx)
     return &ctx->cfg;
 }
 
+void shs__ctx_waiter_init(shs__waiter_t *w, const shs_ctx_t *ctx, int timeout_ms)
+{
+    if (timeout_ms < 0)
+        timeout_ms = ctx->cfg.op_timeout_ms;
+    shs__waiter_init(w, ctx->cfg.poll_spin < 0 ? 0u : (unsigned)ctx->cfg.poll_spin, timeout_ms);
+}
+
 shs_status_t shs__ctx_channel_take(shs_ctx_t *ctx, int want, const char *user,
                                    unsigned *chan_p)
 {

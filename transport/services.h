@@ -14,10 +14,15 @@
 #include <shadowsync/status.h>
 
 #include "runtime/config.h"
+#include "runtime/wait.h"
 
 /* The configuration resolved once by shs_ctx_create (environment, then the
  * context's parameters). Layers above read it here, never the environment. */
 const shs__config_t *shs__ctx_config(const shs_ctx_t *ctx);
+
+/* Start a bounded wait with the context's poll budget (SHS_POLL_SPIN);
+ * timeout_ms < 0 means SHS_OP_TIMEOUT_MS. */
+void shs__ctx_waiter_init(shs__waiter_t *w, const shs_ctx_t *ctx, int timeout_ms);
 
 /* Take an immediate channel (the top 8 bits of a 32-bit immediate) for
  * `user` (a constant string, named in errors): want < 0 takes the highest

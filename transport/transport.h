@@ -28,6 +28,7 @@
 #include "runtime/clock.h"
 #include "runtime/config.h"
 #include "runtime/memory.h"
+#include "runtime/wait.h"
 
 #define SHS__SYSFS_ROOT_DEFAULT "/sys/class/infiniband"
 #define SHS__REASON_LEN 192
@@ -302,75 +303,5 @@ shs_status_t shs__msg_check(shs_ctx_t *ctx);
 
 /* completions (rma.c) */
 int shs__poll(shs_ctx_t *ctx);
-
-/* A wait reads the clock once every this many empty polls, never on the
- * way to a completion that is already there: on some machines the clock is
- * a system call (a TCG guest's hpet: 4.4 us, more than a poll of the CQ). */
-#define SHS__CLOCK_EVERY 64
-
-/* Past SHS_POLL_SPIN empty polls a wait sleeps between polls, doubling from 1 us up
- * to this. sched_yield() kept the CPU busy: two emulated guests whose ranks
- * spun in flushes on a loaded 2-core host went 10 s without a completion
- * (rxe's kernel work, which moves the data, starved; a 5 s sleep in the same
- * guest took 50 s) while rxe retried and dropped nothing. 50 us is what the
- * collectives use (SHS_COLL_SLEEP_US) and is nothing next to the transfer
- * a wait this long is waiting for. */
-#define SHS__IDLE_SLEEP_MAX_NS 50000L
-
-/* A bounded wait: counts empty polls, sleeps past SHS_POLL_SPIN of them
- * (runtime/config.c gives the default's reason) and measures the timeout
- * from the first clock reading, at most SHS__CLOCK_EVERY polls after the
- * wait (or its last progress) began. */
-typedef struct shs__waiter {
-    unsigned empty;
-    unsigned spin;  /* empty polls before sleeping */
-    bool armed;
-    int timeout_ms;
-    long nap_ns;
-    shs__deadline_t dl;
-} shs__waiter_t;
-
-/* timeout_ms < 0: SHS_OP_TIMEOUT_MS. */
-static inline void shs__waiter_init(shs__waiter_t *w, const shs_ctx_t *ctx, int timeout_ms)
-{
-    if (timeout_ms < 0)
-        timeout_ms = ctx->cfg.op_timeout_ms;
-    w->empty = 0;
-    w->spin = ctx->cfg.poll_spin < 0 ? 0u : (unsigned)ctx->cfg.poll_spin;
-    w->nap_ns = 1000;
-    w->armed = false;
-    w->timeout_ms = timeout_ms;
-    w->dl.end_ns = UINT64_MAX;
-}
-
-/* Progress: spin again; with restart, the timeout starts over too. */
-static inline void shs__waiter_progress(shs__waiter_t *w, bool restart)
-{
-    w->empty = 0;
-    w->nap_ns = 1000;
-    if (restart)
-        w->armed = false;
-}
-
-/* An empty poll: true once the timeout has passed. */
-static inline bool shs__waiter_idle(shs__waiter_t *w)
-{
-    if (++w->empty % SHS__CLOCK_EVERY == 0) {
-        if (!w->armed) {
-            w->dl = shs__deadline_in_ms(w->timeout_ms);
-            w->armed = true;
-        } else if (shs__deadline_passed(w->dl)) {
-            return true;
-        }
-    }
-    if (w->empty > w->spin) {
-        struct timespec ts = {.tv_sec = 0, .tv_nsec = w->nap_ns};
-        nanosleep(&ts, NULL);
-        if (w->nap_ns < SHS__IDLE_SLEEP_MAX_NS)
-            w->nap_ns = w->nap_ns * 2 < SHS__IDLE_SLEEP_MAX_NS ? w->nap_ns * 2
-                                                                : SHS__IDLE_SLEEP_MAX_NS;
-    }
-    return false;
-}
 
 #endif

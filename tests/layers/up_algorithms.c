@@ -1,0 +1,2 @@
+/* Layer probe: transport/ including an algorithms/ header must not compile. */
+#include "algorithms/rules.h"

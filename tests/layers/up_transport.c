@@ -1,0 +1,2 @@
+/* Layer probe: runtime/ including a transport header must not compile. */
+#include "transport/services.h"
