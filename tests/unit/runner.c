@@ -21,6 +21,7 @@ static const struct {
     {"schedule", schedule_suite},
     {"collective", collective_suite},
     {"shadow", shadow_suite},
+    {"embedding", embedding_suite},
 };
 
 int main(int argc, char **argv)

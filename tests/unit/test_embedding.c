@@ -1,0 +1,300 @@
+/* Embedding tables, the pure pieces: layout and re-sharding, initialization
+ * by row id, the owners' optimizers, and the batch plan (dedupe, packing per
+ * owner, scatter, pooling, gradient sums). */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algorithms/embedding/plan.h"
+#include "unit.h"
+
+#define EXPECT(cond, ...)                                                       \
+    do {                                                                        \
+        if (!(cond))                                                            \
+            ck_abort_msg(__VA_ARGS__);                                          \
+    } while (0)
+
+static const shs__emb_map_t maps[] = {SHS__EMB_MAP_MODULO, SHS__EMB_MAP_RANGE};
+
+START_TEST(layout_roundtrip)
+{
+    static const uint64_t rows_list[] = {1, 2, 3, 7, 64, 1000, 1001, 4099};
+    for (size_t m = 0; m < 2; m++) {
+        for (size_t ri = 0; ri < sizeof(rows_list) / sizeof(rows_list[0]); ri++) {
+            for (uint32_t shards = 1; shards <= 9; shards++) {
+                uint64_t rows = rows_list[ri], total = 0, lo = UINT64_MAX, hi = 0;
+                shs__emb_layout_t l;
+                ck_assert_int_eq(shs__emb_layout_init(&l, rows, shards, maps[m]), SHS_OK);
+                for (uint32_t s = 0; s < shards; s++) {
+                    uint64_t n = shs__emb_shard_rows(&l, s);
+                    total += n;
+                    lo = n < lo ? n : lo;
+                    hi = n > hi ? n : hi;
+                }
+                EXPECT(total == rows, "map %zu rows %llu shards %u: shards hold %llu rows", m,
+                       (unsigned long long)rows, shards, (unsigned long long)total);
+                EXPECT(hi - lo <= 1, "unbalanced shards %llu..%llu", (unsigned long long)lo,
+                       (unsigned long long)hi);
+                for (uint64_t r = 0; r < rows; r++) {
+                    uint32_t s;
+                    uint64_t loc;
+                    shs__emb_locate(&l, r, &s, &loc);
+                    EXPECT(s < shards && loc < shs__emb_shard_rows(&l, s),
+                           "row %llu at shard %u local %llu", (unsigned long long)r, s,
+                           (unsigned long long)loc);
+                    EXPECT(shs__emb_global_row(&l, s, loc) == r, "row %llu does not come back",
+                           (unsigned long long)r);
+                    if (maps[m] == SHS__EMB_MAP_RANGE && r > 0) { /* contiguous */
+                        uint32_t ps;
+                        uint64_t pl;
+                        shs__emb_locate(&l, r - 1, &ps, &pl);
+                        EXPECT((ps == s && pl + 1 == loc) || (ps < s && loc == 0),
+                               "range map not contiguous at row %llu", (unsigned long long)r);
+                    }
+                }
+            }
+        }
+    }
+    shs__emb_layout_t l;
+    ck_assert_int_eq(shs__emb_layout_init(&l, 0, 2, SHS__EMB_MAP_MODULO), SHS_ERR_INVALID_ARG);
+    ck_assert_int_eq(shs__emb_layout_init(&l, 10, 0, SHS__EMB_MAP_MODULO), SHS_ERR_INVALID_ARG);
+    ck_assert_int_eq(shs__emb_layout_init(&l, 10, 2, (shs__emb_map_t)7), SHS_ERR_INVALID_ARG);
+}
+END_TEST
+
+/* Shards written by one layout and read into another (the load path):
+ * every row of every new shard equals its initial value by row id. */
+START_TEST(reshard)
+{
+    enum { ROWS = 103, DIM = 3 };
+    for (size_t mo = 0; mo < 2; mo++) {
+        for (size_t mn = 0; mn < 2; mn++) {
+            for (uint32_t so = 1; so <= 5; so++) {
+                for (uint32_t sn = 1; sn <= 5; sn++) {
+                    shs__emb_layout_t lo, ln;
+                    ck_assert_int_eq(shs__emb_layout_init(&lo, ROWS, so, maps[mo]), SHS_OK);
+                    ck_assert_int_eq(shs__emb_layout_init(&ln, ROWS, sn, maps[mn]), SHS_OK);
+                    float old[5][ROWS][DIM], want[DIM];
+                    for (uint32_t s = 0; s < so; s++)
+                        for (uint64_t k = 0; k < shs__emb_shard_rows(&lo, s); k++)
+                            shs__emb_init_row(42, shs__emb_global_row(&lo, s, k), 0.5f, old[s][k],
+                                              DIM);
+                    for (uint32_t s = 0; s < sn; s++) {
+                        for (uint64_t k = 0; k < shs__emb_shard_rows(&ln, s); k++) {
+                            uint64_t g = shs__emb_global_row(&ln, s, k);
+                            uint32_t os;
+                            uint64_t ok;
+                            shs__emb_locate(&lo, g, &os, &ok);
+                            shs__emb_init_row(42, g, 0.5f, want, DIM);
+                            EXPECT(memcmp(old[os][ok], want, sizeof(want)) == 0,
+                                   "row %llu wrong after %u -> %u shards",
+                                   (unsigned long long)g, so, sn);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+END_TEST
+
+START_TEST(init_by_row)
+{
+    enum { DIM = 16, ROWS = 2000 };
+    float a[DIM], b[DIM];
+    double sum = 0;
+    shs__emb_init_row(7, 12345, 0.25f, a, DIM);
+    shs__emb_init_row(7, 12345, 0.25f, b, DIM);
+    ck_assert(memcmp(a, b, sizeof(a)) == 0);
+    shs__emb_init_row(8, 12345, 0.25f, b, DIM);
+    ck_assert(memcmp(a, b, sizeof(a)) != 0); /* the seed matters */
+    shs__emb_init_row(7, 12346, 0.25f, b, DIM);
+    ck_assert(memcmp(a, b, sizeof(a)) != 0); /* so does the row */
+    for (uint64_t r = 0; r < ROWS; r++) {
+        shs__emb_init_row(7, r, 0.25f, a, DIM);
+        for (int j = 0; j < DIM; j++) {
+            EXPECT(a[j] >= -0.25f && a[j] < 0.25f, "row %llu col %d: %g", (unsigned long long)r,
+                   j, a[j]);
+            sum += a[j];
+        }
+    }
+    /* uniform on [-0.25, 0.25): sd 0.144, so the mean of 32000 draws is
+     * within 4 sd (0.0032) of 0 */
+    ck_assert_double_lt(fabs(sum / (ROWS * DIM)), 0.0032);
+}
+END_TEST
+
+START_TEST(optimizers_by_hand)
+{
+    float w[2] = {1.0f, 2.0f};
+    const float g[2] = {0.5f, -1.0f};
+    shs__emb_sgd_row(w, g, 2, 0.1f);
+    ck_assert_float_eq_tol(w[0], 0.95f, 1e-7f);
+    ck_assert_float_eq_tol(w[1], 2.1f, 1e-7f);
+
+    /* state 0.1 + (0.25 + 1) / 2 = 0.725; step 0.1 / sqrt(0.725) = 0.1174440 */
+    float v[2] = {1.0f, 2.0f}, state = 0.1f;
+    shs__emb_adagrad_row(v, g, 2, 0.1f, 1e-8f, &state);
+    ck_assert_float_eq_tol(state, 0.725f, 1e-7f);
+    ck_assert_float_eq_tol(v[0], 1.0f - 0.5f * 0.1174440f, 1e-6f);
+    ck_assert_float_eq_tol(v[1], 2.0f + 0.1174440f, 1e-6f);
+    /* a zero gradient moves nothing and adds nothing */
+    const float z[2] = {0.0f, 0.0f};
+    shs__emb_adagrad_row(v, z, 2, 0.1f, 1e-8f, &state);
+    ck_assert_float_eq_tol(state, 0.725f, 1e-7f);
+    ck_assert_float_eq_tol(v[1], 2.0f + 0.1174440f, 1e-6f);
+}
+END_TEST
+
+/* A plan against brute force: every id's slot names its own row; buckets
+ * hold exactly their owner's ids, each once, sorted by local row. */
+static void check_plan(const shs__emb_plan_t *p, const uint64_t *ids, uint32_t n)
+{
+    const shs__emb_layout_t *l = p->layout;
+    for (uint32_t k = 0; k < n; k++) {
+        EXPECT(p->slot[k] < p->nuniq && p->row[p->slot[k]] == ids[k],
+               "id %u (%llu) planned to slot %u", k, (unsigned long long)ids[k], p->slot[k]);
+    }
+    uint32_t distinct = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t j = 0;
+        while (j < k && ids[j] != ids[k])
+            j++;
+        distinct += j == k;
+    }
+    EXPECT(p->nuniq == distinct, "%u distinct ids planned, %u in the batch", p->nuniq, distinct);
+    EXPECT(p->owner_start[0] == 0 && p->owner_start[l->shards] == p->nuniq, "bucket bounds");
+    for (uint32_t o = 0; o < l->shards; o++) {
+        for (uint32_t i = p->owner_start[o]; i < p->owner_start[o + 1]; i++) {
+            uint32_t s;
+            uint64_t loc;
+            shs__emb_locate(l, p->row[i], &s, &loc);
+            EXPECT(s == o && loc == p->local[i], "row %llu in owner %u's bucket",
+                   (unsigned long long)p->row[i], o);
+            EXPECT(i == p->owner_start[o] || p->local[i - 1] < p->local[i],
+                   "owner %u's bucket not sorted at %u", o, i);
+        }
+    }
+}
+
+START_TEST(plan_dedupe_pack)
+{
+    enum { CAP = 512, DIM = 4 };
+    shs__emb_layout_t l;
+    shs__emb_plan_t p;
+    static uint64_t ids[CAP];
+    static float packed[CAP * DIM], out[CAP * DIM], grads[CAP * DIM], sums[CAP * DIM];
+    uint64_t rng = 99;
+    for (size_t m = 0; m < 2; m++) {
+        ck_assert_int_eq(shs__emb_layout_init(&l, 1000, 4, maps[m]), SHS_OK);
+        ck_assert_int_eq(shs__emb_plan_init(&p, &l, CAP), SHS_OK);
+        for (int batch = 0; batch < 50; batch++) { /* the plan is reused */
+            uint32_t n = 1 + (uint32_t)(batch * 37 % CAP), bad = 0;
+            for (uint32_t k = 0; k < n; k++) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                ids[k] = (rng >> 33) % (batch % 2 ? 1000 : 40); /* many repeats */
+            }
+            ck_assert_int_eq(shs__emb_plan_build(&p, ids, n, &bad), SHS_OK);
+            check_plan(&p, ids, n);
+            for (uint32_t u = 0; u < p.nuniq; u++) /* "fetched" rows: the row id */
+                for (int j = 0; j < DIM; j++)
+                    packed[u * DIM + j] = (float)p.row[u] + 0.25f * (float)j;
+            shs__emb_plan_scatter(&p, packed, DIM, n, out);
+            for (uint32_t k = 0; k < n; k++)
+                EXPECT(out[k * DIM + 3] == (float)ids[k] + 0.75f, "scatter of id %u", k);
+            for (uint32_t k = 0; k < n * DIM; k++)
+                grads[k] = (float)(k % 7) - 3.0f;
+            shs__emb_plan_sum(&p, grads, DIM, n, sums);
+            for (uint32_t u = 0; u < p.nuniq; u++) {
+                for (int j = 0; j < DIM; j++) {
+                    float want = 0.0f;
+                    for (uint32_t k = 0; k < n; k++)
+                        if (ids[k] == p.row[u])
+                            want += grads[k * DIM + j];
+                    EXPECT(sums[u * DIM + j] == want, "gradient sum of row %llu col %d",
+                           (unsigned long long)p.row[u], j);
+                }
+            }
+        }
+        shs__emb_plan_fini(&p);
+    }
+}
+END_TEST
+
+START_TEST(plan_refuses_bad_ids)
+{
+    shs__emb_layout_t l;
+    shs__emb_plan_t p;
+    uint64_t ids[5] = {1, 2, 3, 10, 4};
+    uint32_t bad = 0;
+    ck_assert_int_eq(shs__emb_layout_init(&l, 10, 3, SHS__EMB_MAP_MODULO), SHS_OK);
+    ck_assert_int_eq(shs__emb_plan_init(&p, &l, 4), SHS_OK);
+    ck_assert_int_eq(shs__emb_plan_build(&p, ids, 4, &bad), SHS_ERR_INVALID_ARG);
+    ck_assert_uint_eq(bad, 3);
+    ck_assert_uint_eq(p.nuniq, 0);
+    ck_assert_int_eq(shs__emb_plan_build(&p, ids, 5, &bad), SHS_ERR_INVALID_ARG);
+    ck_assert_uint_eq(bad, UINT32_MAX); /* more ids than the plan's capacity */
+    ck_assert_int_eq(shs__emb_plan_build(&p, ids, 3, &bad), SHS_OK);
+    check_plan(&p, ids, 3);
+    /* the generation counter wraps: the stamps of the batch {1, 2, 3} must
+     * not match again in a later generation 1 */
+    p.gen = UINT32_MAX;
+    const uint64_t later[3] = {3, 9, 3};
+    ck_assert_int_eq(shs__emb_plan_build(&p, later, 3, &bad), SHS_OK);
+    check_plan(&p, later, 3);
+    shs__emb_plan_fini(&p);
+    ck_assert_int_eq(shs__emb_plan_init(&p, &l, 0), SHS_ERR_INVALID_ARG);
+}
+END_TEST
+
+START_TEST(plan_runs_and_pooling)
+{
+    enum { DIM = 2 };
+    shs__emb_layout_t l;
+    shs__emb_plan_t p;
+    /* range map, 2 shards of 50: rows 10..14 and 17 on shard 0, 60 61 on 1 */
+    const uint64_t ids[] = {12, 10, 61, 11, 14, 13, 17, 60, 12};
+    const uint32_t n = sizeof(ids) / sizeof(ids[0]);
+    uint32_t bad;
+    float packed[16 * DIM], out[3 * DIM];
+    ck_assert_int_eq(shs__emb_layout_init(&l, 100, 2, SHS__EMB_MAP_RANGE), SHS_OK);
+    ck_assert_int_eq(shs__emb_plan_init(&p, &l, 16), SHS_OK);
+    ck_assert_int_eq(shs__emb_plan_build(&p, ids, n, &bad), SHS_OK);
+    ck_assert_uint_eq(p.owner_start[1], 6);
+    ck_assert_uint_eq(shs__emb_plan_run(&p, 0, 0, 64), 5); /* 10..14 */
+    ck_assert_uint_eq(shs__emb_plan_run(&p, 0, 0, 3), 3);  /* capped */
+    ck_assert_uint_eq(shs__emb_plan_run(&p, 0, 5, 64), 1); /* 17 */
+    ck_assert_uint_eq(shs__emb_plan_run(&p, 1, 6, 64), 2); /* 60 61 */
+    ck_assert_uint_eq(shs__emb_plan_run(&p, 1, 8, 64), 0); /* past the bucket */
+    for (uint32_t u = 0; u < p.nuniq; u++)
+        for (int j = 0; j < DIM; j++)
+            packed[u * DIM + j] = (float)p.row[u] * (j ? -1.0f : 1.0f);
+    const uint32_t offsets[] = {0, 3, 3, 9}; /* bags {12,10,61} {} {11,14,13,17,60,12} */
+    shs__emb_plan_pool(&p, packed, DIM, offsets, 3, 0, out);
+    ck_assert_float_eq(out[0], 83.0f);
+    ck_assert_float_eq(out[1], -83.0f);
+    ck_assert_float_eq(out[2], 0.0f);
+    ck_assert_float_eq(out[4], 127.0f);
+    shs__emb_plan_pool(&p, packed, DIM, offsets, 3, 1, out);
+    ck_assert_float_eq_tol(out[0], 83.0f / 3.0f, 1e-5f);
+    ck_assert_float_eq(out[2], 0.0f);
+    ck_assert_float_eq_tol(out[5], -127.0f / 6.0f, 1e-5f);
+    shs__emb_plan_fini(&p);
+}
+END_TEST
+
+Suite *embedding_suite(void)
+{
+    Suite *s = suite_create("embedding");
+    TCase *tc = tcase_create("plan");
+    tcase_add_test(tc, layout_roundtrip);
+    tcase_add_test(tc, reshard);
+    tcase_add_test(tc, init_by_row);
+    tcase_add_test(tc, optimizers_by_hand);
+    tcase_add_test(tc, plan_dedupe_pack);
+    tcase_add_test(tc, plan_refuses_bad_ids);
+    tcase_add_test(tc, plan_runs_and_pooling);
+    suite_add_tcase(s, tc);
+    return s;
+}
