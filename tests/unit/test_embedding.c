@@ -6,7 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <stdbool.h>
+#include <stdio.h>
+#include <unistd.h>
+
 #include "algorithms/embedding/plan.h"
+#include "algorithms/embedding/store.h"
 #include "unit.h"
 
 #define EXPECT(cond, ...)                                                       \
@@ -284,6 +289,132 @@ START_TEST(plan_runs_and_pooling)
 }
 END_TEST
 
+/* ---- save and load ---- */
+
+enum { SV_ROWS = 37, SV_DIM = 3 };
+
+static void fill_shard(const shs__emb_layout_t *l, uint32_t s, float *rows, float *state)
+{
+    for (uint64_t k = 0; k < shs__emb_shard_rows(l, s); k++) {
+        uint64_t g = shs__emb_global_row(l, s, k);
+        shs__emb_init_row(5, g, 1.0f, rows + k * SV_DIM, SV_DIM);
+        if (state != NULL)
+            state[k] = (float)g * 0.5f;
+    }
+}
+
+static void save_all(const char *dir, const shs__emb_layout_t *l, bool with_state)
+{
+    static float rows[SV_ROWS * SV_DIM], state[SV_ROWS];
+    for (uint32_t s = 0; s < l->shards; s++) {
+        fill_shard(l, s, rows, state);
+        ck_assert_int_eq(shs__emb_shard_save(dir, l, s, SV_DIM, rows, with_state ? state : NULL),
+                         SHS_OK);
+    }
+}
+
+static char *make_dir(void)
+{
+    static char dir[64];
+    strcpy(dir, "/tmp/shs-emb-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    return dir;
+}
+
+static void rm_dir(const char *dir)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+START_TEST(save_load_reshard)
+{
+    static float rows[SV_ROWS * SV_DIM], state[SV_ROWS], want[SV_ROWS * SV_DIM],
+        want_state[SV_ROWS], scratch[2 * SV_DIM];
+    for (uint32_t so = 1; so <= 4; so++) {
+        for (uint32_t sn = 1; sn <= 4; sn++) {
+            char *dir = make_dir();
+            shs__emb_layout_t lo, ln;
+            ck_assert_int_eq(shs__emb_layout_init(&lo, SV_ROWS, so, maps[so % 2]), SHS_OK);
+            ck_assert_int_eq(shs__emb_layout_init(&ln, SV_ROWS, sn, maps[sn % 2 ^ 1]), SHS_OK);
+            save_all(dir, &lo, true);
+            for (uint32_t s = 0; s < sn; s++) {
+                memset(rows, 0xff, sizeof(rows));
+                memset(state, 0xff, sizeof(state));
+                /* scratch of 2 rows: the load streams */
+                ck_assert_int_eq(shs__emb_shard_load(dir, &ln, s, SV_DIM, rows, state, scratch, 2),
+                                 SHS_OK);
+                fill_shard(&ln, s, want, want_state);
+                size_t n = shs__emb_shard_rows(&ln, s);
+                EXPECT(memcmp(rows, want, n * SV_DIM * sizeof(float)) == 0,
+                       "rows of shard %u after %u -> %u", s, so, sn);
+                EXPECT(memcmp(state, want_state, n * sizeof(float)) == 0,
+                       "state of shard %u after %u -> %u", s, so, sn);
+            }
+            rm_dir(dir);
+        }
+    }
+}
+END_TEST
+
+static void write_file(const char *dir, const char *name, const void *p, size_t n)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(p, 1, n, f), n);
+    fclose(f);
+}
+
+START_TEST(load_refuses_bad_saves)
+{
+    static float rows[SV_ROWS * SV_DIM], state[SV_ROWS], scratch[4 * SV_DIM];
+    shs__emb_layout_t l2, l3, other;
+    char path[256];
+    ck_assert_int_eq(shs__emb_layout_init(&l2, SV_ROWS, 2, SHS__EMB_MAP_MODULO), SHS_OK);
+    ck_assert_int_eq(shs__emb_layout_init(&l3, SV_ROWS, 3, SHS__EMB_MAP_RANGE), SHS_OK);
+    ck_assert_int_eq(shs__emb_layout_init(&other, SV_ROWS + 1, 2, SHS__EMB_MAP_MODULO), SHS_OK);
+
+    char *dir = make_dir();
+    ck_assert_int_eq(shs__emb_shard_load(dir, &l2, 0, SV_DIM, rows, NULL, scratch, 4),
+                     SHS_ERR_IO); /* no save at all */
+    save_all(dir, &l2, false);
+    ck_assert_int_eq(shs__emb_shard_load(dir, &l3, 1, SV_DIM, rows, NULL, scratch, 4), SHS_OK);
+    ck_assert_int_eq(shs__emb_shard_load(dir, &l3, 1, SV_DIM + 1, rows, NULL, scratch, 4),
+                     SHS_ERR_SIZE_MISMATCH);
+    ck_assert_int_eq(shs__emb_shard_load(dir, &other, 1, SV_DIM, rows, NULL, scratch, 4),
+                     SHS_ERR_SIZE_MISMATCH);
+    ck_assert_int_eq(shs__emb_shard_load(dir, &l3, 1, SV_DIM, rows, state, scratch, 4),
+                     SHS_ERR_UNSUPPORTED); /* saved without Adagrad's state */
+    ck_assert_int_eq(shs__emb_shard_load(dir, &l3, 3, SV_DIM, rows, NULL, scratch, 4),
+                     SHS_ERR_INVALID_ARG);
+
+    /* shard 1 truncated */
+    snprintf(path, sizeof(path), "%s/shard-1-of-2.emb", dir);
+    ck_assert_int_eq(truncate(path, 64 + 10), 0);
+    ck_assert_int_eq(shs__emb_shard_load(dir, &l3, 0, SV_DIM, rows, NULL, scratch, 4),
+                     SHS_ERR_IO);
+    /* shard 1 missing */
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_int_eq(shs__emb_shard_load(dir, &l3, 0, SV_DIM, rows, NULL, scratch, 4),
+                     SHS_ERR_IO);
+    /* shard 1 is not a shard file */
+    char junk[128];
+    memset(junk, 'x', sizeof(junk));
+    write_file(dir, "shard-1-of-2.emb", junk, sizeof(junk));
+    ck_assert_int_eq(shs__emb_shard_load(dir, &l3, 0, SV_DIM, rows, NULL, scratch, 4),
+                     SHS_ERR_PROTOCOL);
+    /* two saves of different shard counts in one folder */
+    save_all(dir, &l2, false);
+    save_all(dir, &l3, false);
+    ck_assert_int_eq(shs__emb_shard_load(dir, &l3, 0, SV_DIM, rows, NULL, scratch, 4),
+                     SHS_ERR_PROTOCOL);
+    rm_dir(dir);
+}
+END_TEST
+
 Suite *embedding_suite(void)
 {
     Suite *s = suite_create("embedding");
@@ -295,6 +426,8 @@ Suite *embedding_suite(void)
     tcase_add_test(tc, plan_dedupe_pack);
     tcase_add_test(tc, plan_refuses_bad_ids);
     tcase_add_test(tc, plan_runs_and_pooling);
+    tcase_add_test(tc, save_load_reshard);
+    tcase_add_test(tc, load_refuses_bad_saves);
     suite_add_tcase(s, tc);
     return s;
 }
