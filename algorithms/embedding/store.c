@@ -172,38 +172,30 @@ static shs_status_t read_rows(FILE *f, float *buf, size_t count, size_t width, c
     return SHS_OK;
 }
 
-/* Copy the rows of saved shard (old layout `ol`, shard s) that layout l puts
- * on `shard`, from file f positioned after the header. */
-static shs_status_t take_rows(FILE *f, const char *path, const shs__emb_layout_t *ol,
-                              uint32_t s, uint64_t count, const shs__emb_layout_t *l,
-                              uint32_t shard, uint32_t dim, float *rows, float *scratch,
-                              size_t scratch_rows, float *state)
+/* Where a saved shard's rows go: from (old layout, shard s) to layout l's
+ * shard `shard`. */
+typedef struct reshard {
+    const shs__emb_layout_t *from, *to;
+    uint32_t from_shard, to_shard;
+} reshard_t;
+
+/* Read `count` items of `width` floats (rows, or per-row state with width
+ * 1) and keep those whose row lands on the destination shard. */
+static shs_status_t take_part(FILE *f, const char *path, const reshard_t *r, uint64_t count,
+                              uint32_t width, float *dest, float *scratch, size_t scratch_floats)
 {
-    shs_status_t st;
-    for (uint64_t k = 0; k < count; k += scratch_rows) {
-        size_t n = count - k < scratch_rows ? (size_t)(count - k) : scratch_rows;
-        if ((st = read_rows(f, scratch, n, dim, path)) != SHS_OK)
+    size_t per_read = scratch_floats / width;
+    for (uint64_t k = 0; k < count; k += per_read) {
+        size_t n = count - k < per_read ? (size_t)(count - k) : per_read;
+        shs_status_t st = read_rows(f, scratch, n, width, path);
+        if (st != SHS_OK)
             return st;
         for (size_t i = 0; i < n; i++) {
             uint32_t to;
             uint64_t loc;
-            shs__emb_locate(l, shs__emb_global_row(ol, s, k + i), &to, &loc);
-            if (to == shard)
-                memcpy(rows + loc * dim, scratch + i * dim, dim * sizeof(float));
-        }
-    }
-    if (state == NULL)
-        return SHS_OK;
-    for (uint64_t k = 0; k < count; k += scratch_rows * dim) {
-        size_t n = count - k < scratch_rows * dim ? (size_t)(count - k) : scratch_rows * dim;
-        if ((st = read_rows(f, scratch, n, 1, path)) != SHS_OK)
-            return st;
-        for (size_t i = 0; i < n; i++) {
-            uint32_t to;
-            uint64_t loc;
-            shs__emb_locate(l, shs__emb_global_row(ol, s, k + i), &to, &loc);
-            if (to == shard)
-                state[loc] = scratch[i];
+            shs__emb_locate(r->to, shs__emb_global_row(r->from, r->from_shard, k + i), &to, &loc);
+            if (to == r->to_shard)
+                memcpy(dest + loc * width, scratch + i * width, width * sizeof(float));
         }
     }
     return SHS_OK;
@@ -254,8 +246,10 @@ shs_status_t shs__emb_shard_load(const char *dir, const shs__emb_layout_t *l, ui
                       "state)", path);
             st = SHS_ERR_PROTOCOL;
         } else {
-            st = take_rows(f, path, &ol, s, h.shard_rows, l, shard, dim, rows, scratch,
-                           scratch_rows, h.has_state ? state : NULL);
+            reshard_t r = {.from = &ol, .to = l, .from_shard = s, .to_shard = shard};
+            st = take_part(f, path, &r, h.shard_rows, dim, rows, scratch, scratch_rows * dim);
+            if (st == SHS_OK && state != NULL)
+                st = take_part(f, path, &r, h.shard_rows, 1, state, scratch, scratch_rows * dim);
             if (st == SHS_OK && !h.has_state == !state && fgetc(f) != EOF) {
                 SHS_ERROR("%s is longer than its header says", path);
                 st = SHS_ERR_PROTOCOL;
