@@ -67,6 +67,56 @@ static shs_status_t scratch_exchange(shs_ctx_t *ctx)
     return shs__boot_allgather(ctx->boot, &mine, sizeof(mine), ctx->scratch_remote);
 }
 
+/* What a context and each of its endpoints own: the mesh of queue pairs, a
+ * completion queue, the flush scratch and the message buffers, connected
+ * (collective over the bootstrap). */
+static shs_status_t mesh_up(shs_ctx_t *ctx)
+{
+    shs_status_t status = shs__mesh_alloc(ctx);
+    if (status != SHS_OK)
+        return status;
+    status = shs__cq_create(ctx);
+    if (status != SHS_OK)
+        goto err_free_mesh;
+    status = scratch_register(ctx);
+    if (status != SHS_OK)
+        goto err_destroy_cq;
+    status = shs__msg_setup(ctx);
+    if (status != SHS_OK)
+        goto err_deregister_scratch;
+    status = ctx->cfg.connect_mode == SHS_CONNECT_RDMACM ? shs__connect_rdmacm(ctx)
+                                                         : shs__connect_oob(ctx);
+    if (status != SHS_OK)
+        goto err_disconnect;
+    status = scratch_exchange(ctx);
+    if (status != SHS_OK)
+        goto err_disconnect;
+    status = shs__msg_check(ctx);
+    if (status != SHS_OK)
+        goto err_disconnect;
+    return SHS_OK;
+
+err_disconnect:
+    disconnect_all(ctx);
+    shs__msg_teardown(ctx);
+err_deregister_scratch:
+    scratch_deregister(ctx);
+err_destroy_cq:
+    shs__cq_destroy(ctx);
+err_free_mesh:
+    shs__mesh_free(ctx);
+    return status;
+}
+
+static void mesh_down(shs_ctx_t *ctx)
+{
+    disconnect_all(ctx);
+    shs__msg_teardown(ctx);
+    scratch_deregister(ctx);
+    shs__cq_destroy(ctx);
+    shs__mesh_free(ctx);
+}
+
 shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p)
 {
     shs_status_t status;
@@ -100,31 +150,12 @@ shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p)
     if (status != SHS_OK)
         goto err_destroy_boot;
     shs__memlock_check(ctx->dev_name);
-    status = shs__mesh_alloc(ctx);
+    status = mesh_up(ctx);
     if (status != SHS_OK)
         goto err_close_device;
-    status = shs__cq_create(ctx);
-    if (status != SHS_OK)
-        goto err_free_mesh;
-    status = scratch_register(ctx);
-    if (status != SHS_OK)
-        goto err_destroy_cq;
-    status = shs__msg_setup(ctx);
-    if (status != SHS_OK)
-        goto err_deregister_scratch;
-    status = ctx->cfg.connect_mode == SHS_CONNECT_RDMACM ? shs__connect_rdmacm(ctx)
-                                                         : shs__connect_oob(ctx);
-    if (status != SHS_OK)
-        goto err_disconnect;
-    status = scratch_exchange(ctx);
-    if (status != SHS_OK)
-        goto err_disconnect;
-    status = shs__msg_check(ctx);
-    if (status != SHS_OK)
-        goto err_disconnect;
     status = shs__async_start(ctx);
     if (status != SHS_OK)
-        goto err_disconnect;
+        goto err_mesh_down;
 
     SHS_INFO("rank %d of %d: %d connection(s) up over %s (%s)", ctx->rank, ctx->size,
              ctx->nconns, ctx->dev_name,
@@ -132,15 +163,8 @@ shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p)
     *ctx_p = ctx;
     return SHS_OK;
 
-err_disconnect:
-    disconnect_all(ctx);
-    shs__msg_teardown(ctx);
-err_deregister_scratch:
-    scratch_deregister(ctx);
-err_destroy_cq:
-    shs__cq_destroy(ctx);
-err_free_mesh:
-    shs__mesh_free(ctx);
+err_mesh_down:
+    mesh_down(ctx);
 err_close_device:
     shs__device_close(ctx);
 err_destroy_boot:
@@ -148,6 +172,85 @@ err_destroy_boot:
 err_free_ctx:
     free(ctx);
     return status;
+}
+
+/* The device half of an endpoint is its parent's: the same bootstrap,
+ * verbs context, protection domain (so the parent's regions work on it),
+ * resolved limits and configuration. Endpoints always connect out of band,
+ * over the bootstrap: one rdma_cm listener per context is enough, and an
+ * endpoint's queue pairs need nothing rdma_cm adds. */
+static void endpoint_share(shs_ctx_t *ep, shs_ctx_t *ctx)
+{
+    ep->parent = ctx;
+    ep->cfg = ctx->cfg;
+    ep->cfg.connect_mode = SHS_CONNECT_OOB;
+    memcpy(ep->sysfs_root, ctx->sysfs_root, sizeof(ep->sysfs_root));
+    ep->rank = ctx->rank;
+    ep->size = ctx->size;
+    ep->boot = ctx->boot;
+    ep->verbs = ctx->verbs;
+    ep->verbs_owned = false;
+    ep->dev_attr = ctx->dev_attr;
+    ep->port_attr = ctx->port_attr;
+    ep->port = ctx->port;
+    ep->gid = ctx->gid;
+    memcpy(ep->dev_name, ctx->dev_name, sizeof(ep->dev_name));
+    ep->pd = ctx->pd;
+    ep->chunk = ctx->chunk;
+    ep->read_chunk = ctx->read_chunk;
+    ep->read_budget = ctx->read_budget;
+    ep->signal_bytes = ctx->signal_bytes;
+    ep->signal_every = ctx->signal_every;
+    ep->rd_atom = ctx->rd_atom;
+    ep->rd_resp = ctx->rd_resp;
+    ep->post_batch = ctx->post_batch;
+    ep->fork_gen = ctx->fork_gen;
+}
+
+shs_status_t shs_ctx_endpoint_create(shs_ctx_t *ctx, shs_ctx_t **ep_p)
+{
+    if (ctx == NULL || ep_p == NULL)
+        return SHS_ERR_INVALID_ARG;
+    if (ctx->parent != NULL) {
+        SHS_ERROR("shs_ctx_endpoint_create: refused on an endpoint; create endpoints on "
+                  "the context");
+        return SHS_ERR_BAD_STATE;
+    }
+    if (shs__ctx_refused(ctx, "shs_ctx_endpoint_create"))
+        return SHS_ERR_BAD_STATE;
+    shs_ctx_t *ep = calloc(1, sizeof(*ep));
+    if (ep == NULL)
+        return SHS_ERR_NO_MEMORY;
+    atomic_init(&ep->device_failed, 0);
+    endpoint_share(ep, ctx);
+    shs_status_t status = mesh_up(ep);
+    if (status != SHS_OK) {
+        free(ep);
+        return status;
+    }
+    atomic_fetch_add(&ctx->endpoints, 1);
+    SHS_INFO("endpoint of rank %d: %d connection(s) up", ep->rank, ep->nconns);
+    *ep_p = ep;
+    return SHS_OK;
+}
+
+static void endpoint_destroy(shs_ctx_t *ep)
+{
+    if (ep->live_regions != 0)
+        SHS_WARN("endpoint destroyed with %d region(s) still registered; they are leaked",
+                 ep->live_regions);
+    mesh_down(ep);
+    atomic_fetch_sub(&ep->parent->endpoints, 1);
+    free(ep);
+}
+
+bool shs__ctx_endpoint_refused(const shs_ctx_t *ctx, const char *call)
+{
+    if (ctx->parent == NULL)
+        return false;
+    SHS_ERROR("%s: refused on an endpoint: it is collective over the bootstrap, which the "
+              "endpoint shares with its context; call it on the context", call);
+    return true;
 }
 
 void shs_ctx_destroy(shs_ctx_t *ctx)
@@ -167,15 +270,21 @@ void shs_ctx_destroy(shs_ctx_t *ctx)
                   ctx->lent_to != NULL ? ctx->lent_to : "a background thread");
         return;
     }
+    if (ctx->parent != NULL) {
+        endpoint_destroy(ctx);
+        return;
+    }
+    if (atomic_load(&ctx->endpoints) != 0) {
+        SHS_ERROR("shs_ctx_destroy: refused: %d endpoint(s) of this context are alive; "
+                  "destroy them first; the context is left as it is",
+                  atomic_load(&ctx->endpoints));
+        return;
+    }
     if (ctx->live_regions != 0)
         SHS_WARN("context destroyed with %d region(s) still registered; they are leaked",
                  ctx->live_regions);
     shs__async_stop(ctx);
-    disconnect_all(ctx);
-    shs__msg_teardown(ctx);
-    scratch_deregister(ctx);
-    shs__cq_destroy(ctx);
-    shs__mesh_free(ctx);
+    mesh_down(ctx);
     if (ctx->live_regions == 0)
         shs__device_close(ctx);
     shs__boot_destroy(ctx->boot);
@@ -211,7 +320,8 @@ shs_status_t shs_ctx_barrier(shs_ctx_t *ctx)
 {
     if (ctx == NULL)
         return SHS_ERR_INVALID_ARG;
-    if (shs__ctx_refused(ctx, "shs_ctx_barrier"))
+    if (shs__ctx_refused(ctx, "shs_ctx_barrier") ||
+        shs__ctx_endpoint_refused(ctx, "shs_ctx_barrier"))
         return SHS_ERR_BAD_STATE;
     return shs__boot_barrier(ctx->boot);
 }

@@ -8,6 +8,7 @@
 
 #include "runtime/log.h"
 #include "runtime/memory.h"
+#include "transport/services.h"
 #include "transport/transport.h"
 
 #define SHS__ACCESS_ALL (SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_READ | SHS_ACCESS_REMOTE_WRITE)
@@ -47,7 +48,9 @@ static shs_status_t region_finish(shs_ctx_t *ctx, shs_region_t *region,
 
     if (all == NULL)
         return SHS_ERR_NO_MEMORY; /* peers time out in the allgather: rare and bounded */
-    if (local_status == SHS_OK) {
+    if (local_status == SHS_OK && region->len == 0) {
+        mine.flags = region->flags; /* an uneven region this rank holds none of */
+    } else if (local_status == SHS_OK) {
         region->mr = ibv_reg_mr(ctx->pd, region->addr, region->len,
                                 ibv_access_of(region->flags));
         if (region->mr == NULL) {
@@ -74,7 +77,7 @@ static shs_status_t region_finish(shs_ctx_t *ctx, shs_region_t *region,
     }
     if (status != SHS_OK)
         goto err_dereg;
-    for (int r = 1; r < ctx->size; r++) {
+    for (int r = 1; r < ctx->size && !region->uneven; r++) {
         if (all[r].len != all[0].len) {
             /* every rank sees the same table, so every rank fails the same way */
             SHS_ERROR("region registration: rank %d registered %llu bytes but rank 0 "
@@ -156,7 +159,8 @@ shs_status_t shs_region_register(shs_ctx_t *ctx, void *addr, size_t len, unsigne
 {
     if (ctx == NULL || region_p == NULL)
         return SHS_ERR_INVALID_ARG;
-    if (shs__ctx_refused(ctx, "shs_region_register"))
+    if (shs__ctx_refused(ctx, "shs_region_register") ||
+        shs__ctx_endpoint_refused(ctx, "shs_region_register"))
         return SHS_ERR_BAD_STATE;
     shs_region_t *region = region_new(ctx, addr, len, flags);
     if (region == NULL)
@@ -176,18 +180,20 @@ shs_status_t shs_region_register(shs_ctx_t *ctx, void *addr, size_t len, unsigne
     return SHS_OK;
 }
 
-shs_status_t shs_region_alloc(shs_ctx_t *ctx, size_t len, unsigned flags,
-                              shs_region_t **region_p)
+static shs_status_t region_alloc(shs_ctx_t *ctx, size_t len, unsigned flags, bool uneven,
+                                 shs_region_t **region_p)
 {
     if (ctx == NULL || region_p == NULL)
         return SHS_ERR_INVALID_ARG;
-    if (shs__ctx_refused(ctx, "shs_region_alloc"))
+    if (shs__ctx_refused(ctx, "shs_region_alloc") ||
+        shs__ctx_endpoint_refused(ctx, "shs_region_alloc"))
         return SHS_ERR_BAD_STATE;
     shs_region_t *region = region_new(ctx, NULL, len, flags);
     if (region == NULL)
         return SHS_ERR_NO_MEMORY;
-    shs_status_t local = check_args(len, flags);
-    if (local == SHS_OK) {
+    region->uneven = uneven;
+    shs_status_t local = check_args(uneven && len == 0 ? 1 : len, flags);
+    if (local == SHS_OK && len > 0) {
         shs__mem_params_t mp;
         shs__mem_params_init(&mp, len);
         mp.device = ctx->dev_name; /* NUMA node of the device */
@@ -206,6 +212,18 @@ shs_status_t shs_region_alloc(shs_ctx_t *ctx, size_t len, unsigned flags,
     }
     *region_p = region;
     return SHS_OK;
+}
+
+shs_status_t shs_region_alloc(shs_ctx_t *ctx, size_t len, unsigned flags,
+                              shs_region_t **region_p)
+{
+    return region_alloc(ctx, len, flags, false, region_p);
+}
+
+shs_status_t shs__region_alloc_uneven(shs_ctx_t *ctx, size_t len, unsigned flags,
+                                      shs_region_t **region_p)
+{
+    return region_alloc(ctx, len, flags, true, region_p);
 }
 
 /* Whether every page of [addr, addr + len) is still mapped: mincore()

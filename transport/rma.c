@@ -171,8 +171,8 @@ static shs_status_t check_op(shs_ctx_t *ctx, int peer, const shs_region_t *local
                              size_t loff, const shs_region_t *remote, size_t roff, size_t len,
                              bool is_read)
 {
-    if (ctx == NULL || local == NULL || remote == NULL || local->ctx != ctx ||
-        remote->ctx != ctx || peer < 0 || peer >= ctx->size || peer == ctx->rank)
+    if (ctx == NULL || local == NULL || remote == NULL || !shs__region_of(local, ctx) ||
+        !shs__region_of(remote, ctx) || peer < 0 || peer >= ctx->size || peer == ctx->rank)
         return SHS_ERR_INVALID_ARG;
     if (shs__ctx_refused(ctx, is_read ? "shs_read" : "shs_write"))
         return SHS_ERR_BAD_STATE;
@@ -289,8 +289,8 @@ shs_status_t shs_write_imm(shs_ctx_t *ctx, int peer, shs_region_t *local, size_t
 shs_status_t shs_send(shs_ctx_t *ctx, int peer, shs_region_t *local, size_t local_off,
                       size_t len, unsigned flags)
 {
-    if (ctx == NULL || local == NULL || local->ctx != ctx || peer < 0 || peer >= ctx->size ||
-        peer == ctx->rank)
+    if (ctx == NULL || local == NULL || !shs__region_of(local, ctx) || peer < 0 ||
+        peer >= ctx->size || peer == ctx->rank)
         return SHS_ERR_INVALID_ARG;
     if (shs__ctx_refused(ctx, "shs_send"))
         return SHS_ERR_BAD_STATE;
@@ -477,7 +477,7 @@ shs_status_t shs_progress(shs_ctx_t *ctx)
         return SHS_ERR_INVALID_ARG;
     if (shs__ctx_refused(ctx, "shs_progress"))
         return SHS_ERR_BAD_STATE;
-    if (atomic_load_explicit(&ctx->device_failed, memory_order_relaxed))
+    if (shs__device_failed(ctx))
         return SHS_ERR_DEVICE;
     return shs__poll(ctx) < 0 ? SHS_ERR_DEVICE : SHS_OK;
 }

@@ -49,6 +49,13 @@ void shs__ctx_reclaim(shs_ctx_t *ctx);
  * check it first, so a refused call changes nothing. */
 bool shs__ctx_refused(shs_ctx_t *ctx, const char *call);
 
+/* shs_region_alloc whose length may differ between ranks, 0 included (a
+ * rank that holds none of it: peers' operations on its copy are out of
+ * bounds). For data spread unevenly, such as the shards of an embedding
+ * table held by some ranks only. Collective, as shs_region_alloc. */
+shs_status_t shs__region_alloc_uneven(shs_ctx_t *ctx, size_t len, unsigned flags,
+                                      shs_region_t **region_p);
+
 /* Hold a region for `who` (a constant string): shs_region_destroy refuses it
  * (logged) until every hold is released. */
 void shs__region_hold(shs_region_t *region, const char *who);

@@ -167,11 +167,17 @@ struct shs_region {
     struct ibv_mr *mr;
     shs__remote_t *remote;    /* ctx->size entries, one per rank */
     int holds;                /* shs__region_hold: destroy refused while > 0 */
+    bool uneven;              /* ranks' lengths may differ, 0 included */
     const char *held_by;
 };
 
 struct shs_ctx {
     shs__config_t cfg;
+    /* An endpoint (shs_ctx_endpoint_create) shares its parent's bootstrap,
+     * device and protection domain, and owns its own completion queue and
+     * mesh of queue pairs; NULL for a context. */
+    shs_ctx_t *parent;
+    atomic_int endpoints;     /* a context's endpoints still alive */
     char sysfs_root[256];
     int rank;
     int size;
@@ -234,6 +240,25 @@ struct shs_ctx {
     struct ibv_send_wr wr[SHS__POST_BATCH];
     struct ibv_sge sge[SHS__POST_BATCH];
 };
+
+/* region usable on ctx: the context's own, or its parent's (an endpoint) */
+static inline bool shs__region_of(const shs_region_t *region, const shs_ctx_t *ctx)
+{
+    return region->ctx == ctx || (ctx->parent != NULL && region->ctx == ctx->parent);
+}
+
+/* the device failed: seen on ctx or, for an endpoint, on its parent */
+static inline bool shs__device_failed(const shs_ctx_t *ctx)
+{
+    return atomic_load_explicit(&ctx->device_failed, memory_order_relaxed) ||
+           (ctx->parent != NULL &&
+            atomic_load_explicit(&ctx->parent->device_failed, memory_order_relaxed));
+}
+
+/* Calls that are collective over the bootstrap (barrier, region creation,
+ * endpoint creation) are refused on an endpoint: true (logged) when ctx is
+ * one. */
+bool shs__ctx_endpoint_refused(const shs_ctx_t *ctx, const char *call);
 
 /* connection helpers (conn.c) */
 shs_status_t shs__conn_create_qp(shs_ctx_t *ctx, shs__conn_t *conn);

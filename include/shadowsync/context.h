@@ -13,6 +13,20 @@
  * library runs one internal thread per context that watches device and
  * connection events; it only marks peers failed.
  *
+ * Endpoints. For several threads that move data at once (Hogwild workers
+ * looking up embedding rows, the shadow thread, an owner's apply thread),
+ * shs_ctx_endpoint_create gives each its own endpoint: a handle of the same
+ * type with its own completion queue and its own queue pair to every peer,
+ * sharing the context's device and protection domain. An endpoint takes the
+ * context's regions in every one-sided and message call (shs_read,
+ * shs_write, shs_write_imm, shs_send, ...), and no lock is shared between
+ * two endpoints or an endpoint and its context on the data path. Each
+ * endpoint, like the context, is driven by one thread at a time. Calls that
+ * are collective over the bootstrap (shs_ctx_barrier, region creation,
+ * collectives and engines that create regions, endpoint creation) are made
+ * on the context, by the thread that drives it; on an endpoint they return
+ * SHS_ERR_BAD_STATE. Immediate channels are per endpoint.
+ *
  * Lending. shs_shadow_start lends the context to the shadow thread until
  * shs_shadow_stop. Meanwhile every call on the context or its regions from
  * another thread (barriers, region calls, one-sided operations, collectives,
@@ -118,6 +132,24 @@ SHS_API shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **
  * shadow thread: stop and destroy the engine first.
  */
 SHS_API void shs_ctx_destroy(shs_ctx_t *ctx);
+
+/*
+ * shs_ctx_endpoint_create - a new endpoint of ctx (see "Endpoints" above):
+ * a completion queue and a connected queue pair (SHS_QPS_PER_PEER of them)
+ * to every peer, on ctx's device and protection domain. Collective: every
+ * rank creates its endpoints in the same order (they pair by order), on the
+ * thread that drives ctx. Endpoints connect out of band over the bootstrap
+ * whatever SHS_CONNECT says. Release with shs_ctx_destroy(ep) on the thread
+ * that drives it, before ctx is destroyed (shs_ctx_destroy(ctx) is refused,
+ * logged, while endpoints are alive). Not collective to destroy; peers see
+ * its queue pairs close, as with a context.
+ *
+ * Status: SHS_OK; SHS_ERR_INVALID_ARG; SHS_ERR_BAD_STATE (ctx is an
+ * endpoint, or lent to the shadow thread); SHS_ERR_NO_MEMORY;
+ * SHS_ERR_NO_RESOURCE (device limits: queue pairs, CQ entries);
+ * SHS_ERR_CONNECT, SHS_ERR_PEER_FAILED, SHS_ERR_TIMEOUT as shs_ctx_create.
+ */
+SHS_API shs_status_t shs_ctx_endpoint_create(shs_ctx_t *ctx, shs_ctx_t **ep_p);
 
 /* shs_ctx_rank / shs_ctx_size - this rank and the job size; -1 for a NULL
  * context. Thread-safe. */

@@ -19,6 +19,11 @@
  *   msg       two-sided messages (SHS_MSG_SIZE 4096): 0..4096 bytes in order
  *             and byte for byte, mixed with immediates, buffers given back
  *             out of order, SHS_PEER_ANY, local refusals
+ *   endpoint  two endpoints per rank, each driven by its own thread, READ the
+ *             context's regions from peers while the context's thread sends
+ *             immediates: every byte and every immediate checked; collective
+ *             calls on an endpoint refused; the context not destroyed under
+ *             its endpoints
  *
  * Across guests (tools/shs-vm -n N, SHS_VM_COUNT = NRANKS > 1): each guest
  * runs one rank, rank = SHS_VM_INDEX, rendezvous at the first address of
@@ -29,6 +34,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -382,6 +388,107 @@ static void case_kill(shs_ctx_t *ctx)
     shs_region_destroy(buf);
 }
 
+/* ------------------------------------------------------------- endpoint */
+
+#define EP_THREADS 2
+#define EP_LEN (256 * 1024)
+#define EP_ROUNDS 40
+
+typedef struct ep_job {
+    shs_ctx_t *ep;
+    shs_region_t *src, *dst; /* the context's regions, used on the endpoint */
+    int peer;
+    size_t off;              /* this thread's slice of dst */
+    shs_status_t st;
+    char why[160];
+} ep_job_t;
+
+/* One thread drives one endpoint: reads its peer's pattern into its own
+ * slice, again and again, and checks every byte each time. */
+static void *ep_reader(void *arg)
+{
+    ep_job_t *j = arg;
+    uint8_t *dst = shs_region_addr(j->dst);
+    for (int k = 0; k < EP_ROUNDS && j->st == SHS_OK; k++) {
+        size_t len = EP_LEN / EP_THREADS - (size_t)k * 64, from = (size_t)k * 64;
+        memset(dst + j->off, 0, len);
+        j->st = shs_read(j->ep, j->peer, j->dst, j->off, j->src, from, len, SHS_OP_SIGNAL);
+        if (j->st == SHS_OK)
+            j->st = shs_flush(j->ep, j->peer, SHS_TIMEOUT_DEFAULT);
+        for (size_t i = 0; j->st == SHS_OK && i < len; i++)
+            if (dst[j->off + i] != pattern(j->peer, from + i)) {
+                snprintf(j->why, sizeof(j->why), "round %d byte %zu from rank %d", k, i, j->peer);
+                j->st = SHS_ERR_PROTOCOL;
+            }
+    }
+    return NULL;
+}
+
+static void case_endpoint(shs_ctx_t *ctx)
+{
+    int me = shs_ctx_rank(ctx), n = shs_ctx_size(ctx);
+    shs_region_t *src, *dst, *ping;
+    shs_ctx_t *ep[EP_THREADS], *bad = NULL;
+    unsigned flags = SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_READ | SHS_ACCESS_REMOTE_WRITE;
+
+    CHECK_OK(shs_region_alloc(ctx, EP_LEN, flags, &src));
+    CHECK_OK(shs_region_alloc(ctx, EP_LEN, flags, &dst));
+    CHECK_OK(shs_region_alloc(ctx, 4096, flags, &ping));
+    for (size_t i = 0; i < EP_LEN; i++)
+        ((uint8_t *)shs_region_addr(src))[i] = pattern(me, i);
+    for (int t = 0; t < EP_THREADS; t++)
+        CHECK_OK(shs_ctx_endpoint_create(ctx, &ep[t]));
+    if (shs_ctx_rank(ep[0]) != me || shs_ctx_size(ep[0]) != n)
+        fail("an endpoint says rank %d of %d", shs_ctx_rank(ep[0]), shs_ctx_size(ep[0]));
+
+    /* collective calls are the context's */
+    CHECK_EQ(shs_ctx_barrier(ep[0]), SHS_ERR_BAD_STATE);
+    CHECK_EQ(shs_region_alloc(ep[0], 4096, flags, &ping), SHS_ERR_BAD_STATE);
+    CHECK_EQ(shs_ctx_endpoint_create(ep[0], &bad), SHS_ERR_BAD_STATE);
+    if (bad != NULL)
+        fail("an endpoint of an endpoint was made");
+    CHECK_OK(shs_ctx_barrier(ctx));
+
+    /* both endpoints read at once from two threads while the context's own
+     * thread writes with immediates to its right and takes its left's */
+    ep_job_t job[EP_THREADS];
+    pthread_t th[EP_THREADS];
+    for (int t = 0; t < EP_THREADS; t++) {
+        job[t] = (ep_job_t){.ep = ep[t], .src = src, .dst = dst, .st = SHS_OK,
+                            .peer = (me + 1 + t) % n == me ? (me + 1) % n : (me + 1 + t) % n,
+                            .off = (size_t)t * (EP_LEN / EP_THREADS)};
+        if (pthread_create(&th[t], NULL, ep_reader, &job[t]) != 0)
+            fail("pthread_create");
+    }
+    int right = (me + 1) % n, left = (me + n - 1) % n;
+    for (int k = 0; k < EP_ROUNDS; k++) {
+        uint32_t imm = 0;
+        int from = -1;
+        CHECK_OK(shs_write_imm(ctx, right, ping, 0, ping, 0, 64, (uint32_t)k, SHS_OP_SIGNAL));
+        CHECK_OK(shs_wait_imm(ctx, left, &from, &imm, SHS_TIMEOUT_DEFAULT));
+        if (from != left || imm != (uint32_t)k)
+            fail("immediate %u from rank %d, expected %d from rank %d", imm, from, k, left);
+    }
+    CHECK_OK(shs_flush(ctx, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT));
+    for (int t = 0; t < EP_THREADS; t++) {
+        pthread_join(th[t], NULL);
+        if (job[t].st != SHS_OK)
+            fail("endpoint %d reading from rank %d: %s %s", t, job[t].peer,
+                 shs_status_string(job[t].st), job[t].why);
+    }
+    CHECK_OK(shs_ctx_barrier(ctx));
+
+    /* the context is not destroyed under its endpoints */
+    shs_ctx_destroy(ctx);
+    CHECK_OK(shs_ctx_barrier(ctx));
+    for (int t = 0; t < EP_THREADS; t++)
+        shs_ctx_destroy(ep[t]);
+    CHECK_OK(shs_ctx_barrier(ctx));
+    shs_region_destroy(ping);
+    shs_region_destroy(dst);
+    shs_region_destroy(src);
+}
+
 /* ---------------------------------------------------------------- child */
 
 static int child(const char *which)
@@ -412,6 +519,8 @@ static int child(const char *which)
         case_kill(ctx);
     else if (strcmp(which, "msg") == 0)
         case_msg(ctx);
+    else if (strcmp(which, "endpoint") == 0)
+        case_endpoint(ctx);
     else
         fail("unknown case %s", which);
     if (strcmp(which, "kill") != 0)
@@ -462,7 +571,7 @@ int main(int argc, char **argv)
     if (argc == 3 && strcmp(argv[1], "--child") == 0)
         return child(argv[2]);
     if (argc < 3 || argc > 4) {
-        fprintf(stderr, "usage: %s basic|mismatch|token|kill|msg NRANKS [oob|rdmacm]\n", argv[0]);
+        fprintf(stderr, "usage: %s basic|mismatch|token|kill|msg|endpoint NRANKS [oob|rdmacm]\n", argv[0]);
         return RC_FAIL;
     }
     const char *which = argv[1];
