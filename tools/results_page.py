@@ -43,14 +43,8 @@ def cpu_model():
 
 
 def machine(guest=True):
-    """'host NAME (N CPUs, MODEL, load a b c), QEMU guests ...' or the like."""
-    try:
-        with open("/proc/loadavg", encoding="utf-8") as f:
-            load = " ".join(f.read().split()[:3])
-    except OSError:
-        load = "?"
-    text = "host %s (%d CPUs, %s, load %s)" % (platform.node(), os.cpu_count() or 0,
-                                              cpu_model(), load)
+    """'host NAME (N CPUs, MODEL), QEMU guests ...' or the like."""
+    text = "host %s (%d CPUs, %s)" % (platform.node(), os.cpu_count() or 0, cpu_model())
     if guest:
         # tools/shs-vm picks KVM when /dev/kvm boots a probe kernel, else TCG
         accel = os.environ.get("SHS_VM_ACCEL", "auto")
@@ -82,3 +76,38 @@ def write_block(path, name, body, script, title=None):
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     return path
+
+
+def read_run(path):
+    """The key=value lines a script left beside its raw results (date,
+    where: guest or host, command), or {} when there are none."""
+    run = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                key, sep, value = line.rstrip("\n").partition("=")
+                if sep:
+                    run[key] = value
+    except FileNotFoundError:
+        pass
+    return run
+
+
+def headline(run, default_command, what):
+    """'Measured DATE on MACHINE, WHAT. Command: `CMD`.' for a run record."""
+    return "Measured %s on %s, %s. Command: `%s`." % (
+        run.get("date") or today(), machine(guest=run.get("where") == "guest"), what,
+        run.get("command") or default_command)
+
+
+def try_write_block(path, name, body, script, title=None):
+    """write_block, or a hint when the page cannot be written (a guest sees
+    the source tree read-only)."""
+    try:
+        write_block(path, name, body, script, title)
+        print("%s: wrote block %s of %s" % (os.path.basename(script), name, path))
+        return True
+    except OSError as e:
+        print("%s: could not write %s (%s); on the host: %s --report --out DIR"
+              % (os.path.basename(script), path, e.strerror, script))
+        return False
