@@ -4,7 +4,7 @@
  * the block); the tail of fewer than SHS__RBLOCK elements is scalar. On
  * x86-64 each kernel is also built for AVX2 and the loader picks the clone
  * the CPU supports (GCC target_clones, an ifunc). Checked with
- * -fopt-info-vec-optimized (see README, collectives). */
+ * -fopt-info-vec-optimized (see SHS_VECTOR_FLAGS in the top CMakeLists.txt). */
 #include "algorithms/reduce.h"
 
 /* 64 elements: a whole number of vectors of every width up to AVX-512 for

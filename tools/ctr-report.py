@@ -2,6 +2,7 @@
 """ctr-report: the table and the picture of a set of shs-ctr runs.
 
     tools/ctr-report.py DIR [--svg FILE] [--order LABEL,LABEL,...] [--markdown]
+                        [--page FILE --block NAME --command CMD [--where guest|host]]
 
 reads DIR/<label>.rank<r>.json (written by `shs-ctr --out DIR`), and prints
 one row per label: ranks, EPS (examples per second, summed over the ranks),
@@ -11,7 +12,10 @@ round, train NE (progressive, on each example before its update), eval NE
 one-process reference), the eval NE of the average of the ranks' final
 models (sync modes: one allreduce after training), AUC. With --svg, draws
 rank 0's eval NE against examples seen (all ranks together), one line per
-label.
+label. With --page and --block, also writes the markdown table as block
+NAME of a results page (docs/results/ctr-modes.md holds the mode tables),
+dated, with the machine (--where: the runs were in guests, the default, or
+on this host) and CMD, the command that made DIR.
 Python 3 standard library only.
 """
 import argparse
@@ -21,6 +25,9 @@ import os
 import re
 import sys
 from collections import OrderedDict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import results_page  # noqa: E402  (tools/results_page.py)
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
           "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
@@ -175,6 +182,10 @@ def main():
     ap.add_argument("--order", help="comma-separated labels, in table order")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--title", default="Hogwild CTR trainer: eval NE against examples seen")
+    ap.add_argument("--page", help="results page to write the table to (with --block)")
+    ap.add_argument("--block", help="name of the page's block, e.g. modes-all")
+    ap.add_argument("--command", default="tools/ctr-run", help="the command that made DIR")
+    ap.add_argument("--where", choices=("guest", "host"), default="guest")
     a = ap.parse_args()
     runs = load(a.dir)
     if not runs:
@@ -185,6 +196,15 @@ def main():
         order = a.order.split(",")
         rows.sort(key=lambda r: order.index(r["label"]) if r["label"] in order else len(order))
     print(table(rows, a.markdown))
+    if a.page or a.block:
+        if not (a.page and a.block):
+            print("ctr-report: --page and --block go together", file=sys.stderr)
+            return 2
+        head = results_page.headline(
+            {"where": a.where, "command": a.command}, a.command,
+            f"{rows[0]['workers']} workers per rank, {rows[0]['params']} parameters")
+        results_page.try_write_block(a.page, a.block, head + "\n\n" + table(rows, True),
+                                     "tools/ctr-report.py", title="CTR trainer: the modes")
     if a.svg and svg(rows, a.svg, a.title):
         print(f"picture: {a.svg}")
     return 0

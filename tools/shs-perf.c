@@ -10,7 +10,7 @@
  *
  * Built on the public API only: every figure is what a program of the
  * library gets (posting, splitting, selective signaling, flush, immediates,
- * messages), not what raw verbs could do. See usage() and the README.
+ * messages), not what raw verbs could do. See usage() and docs/benchmarks.md.
  */
 #include <errno.h>
 #include <getopt.h>

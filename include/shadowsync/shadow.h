@@ -7,105 +7,58 @@
  * in sync with the other ranks: in the background on its own thread
  * (shs_shadow_start: S-MA, S-BMUF, S-EASGD) or in the foreground when the
  * caller asks for one round (shs_shadow_sync: FR-MA, FR-BMUF, FR-EASGD).
+ * How rounds, snapshots and the paths work, and why the defaults are what
+ * they are: docs/design.md, "The shadow engine".
  *
- * Rounds. Every rank counts rounds 0, 1, 2, ... The peers a rank syncs with
- * in round r are its group of round r in a DS-Sync schedule (schedule.h;
- * SHS_SCHED_ALL: every rank, every round).
+ * Rounds. Every rank counts rounds 0, 1, 2, ... In round r a rank syncs
+ * with its group of round r in a DS-Sync schedule (schedule.h;
+ * SHS_SCHED_ALL: every rank, every round). Each round combines the group's
+ * round-r snapshots of the model with the algorithm's rule and applies the
+ * result as a delta against this rank's snapshot s:
+ *   w[i] = result[i] + (w[i] - s[i])
+ * so what the workers wrote during the round is kept. Each element is
+ * loaded and stored once, without locks: a worker write that lands between
+ * that load and that store of the same element is lost.
  *
- * What a pull reads (data path SHS_SHADOW_PATH_PULL, the default). At the
- * start of round r a rank copies its live model into a *published snapshot*:
- * one of two registered slots (slot r mod 2), stamped with r under a
- * sequence lock. The members of a round-r group read each other's round-r
- * snapshots with RDMA READ: the stamp, the data, and the stamp again; a read
- * that saw the slot being written (odd or changed sequence, or an older
- * round) is retried. A rank overwrites slot r mod 2 (round r - 2's
- * snapshot) only after every member of its round r - 2 group has published
- * round r - 1, i.e. has finished reading it. So the members of a group
- * combine the very same values, in the same order, and averaging conserves
- * the group's sum exactly (to float rounding): with the workers stopped,
- * S-MA reaches the exact global mean (after log_g N rounds of the hypercube
- * schedule, after one round of SHS_SCHED_ALL).
+ * Paths (shs_shadow_params_t.path):
+ *   SHS_SHADOW_PATH_PULL  RDMA READ of the peers' published snapshots under a
+ *                         sequence lock: the members of a group combine the
+ *                         same values, so averaging conserves the group's sum.
+ *   SHS_SHADOW_PATH_RING  ring allreduce of the snapshots (collective.h); the
+ *                         members of a group run the round in lockstep; sums
+ *                         are conserved. A rank stopped on this path cannot be
+ *                         started again.
+ *   SHS_SHADOW_PATH_LIVE  RDMA READ of the peers' live models: never waits for
+ *                         a peer's round, but biased (sums are not conserved).
+ *                         The model region must grant SHS_ACCESS_REMOTE_READ,
+ *                         else every round fails with SHS_ERR_INVALID_ARG.
  *
- * How a result is applied. Workers keep writing the live model w while a
- * round runs. The round's result is applied as a delta against the round's
- * snapshot s:  w[i] = result[i] + (w[i] - s[i]),  so the progress workers
- * made during the round is kept, not overwritten. Each element is read and
- * written once with plain loads and stores (no locks, no atomics: Hogwild);
- * a worker write landing between that load and that store of the same
- * element is lost, every other concurrent write is kept.
- *
- * The "live" pull (SHS_SHADOW_PATH_LIVE) reads the peers' working copies
- * directly, Hogwild-style, with no snapshot and no waiting for the peers'
- * round: fastest and never blocks on a slow peer, but *biased*: members of a
- * group read each other at different moments (and while workers write), so
- * averaging no longer conserves the group's sum and the replicas may drift
- * from their true mean. The model region must then grant
- * SHS_ACCESS_REMOTE_READ (else every round fails with SHS_ERR_INVALID_ARG).
- *
- * The ring path (SHS_SHADOW_PATH_RING) averages the round's snapshot with
- * the group's ring allreduce (collective.h) instead of pulling: each rank
- * moves 2(g-1)/g of the model per round instead of (g-1) times it, and the
- * members of a group run the round in lockstep. Since the allreduce is
- * collective, each round starts with a check-in: every member writes
- * (round, leaving) into its published header once and reads the others';
- * the members that checked in without "leaving" form the round's ring, so
- * a rank whose thread is stopped announces it in its next check-in and the
- * others go on without it (it cannot be started again). The result is
- * bit-identical on the ring's members (the allreduce's property), so sums
- * are conserved as with the pull path.
- *
- * Algorithms (the rule of each is stated beside it in algorithms/):
+ * Algorithms (N: ranks of the job):
  *   SHS_SHADOW_MA     result = mean of the group's round-r snapshots.
- *   SHS_SHADOW_BMUF   the engine keeps w_g, the result it last gave the
- *                     ranks, and a block momentum D: G = mean - w_g;
- *                     D = eta*D + zeta*G; result = w_g + D + eta*D
- *                     (Nesterov) or w_g + D; w_g = result.
- *                     Defaults: zeta = 1; in foreground rounds
- *                     (shs_shadow_sync, FR-BMUF) eta = 1 - 1/N with
- *                     Nesterov, as in the BMUF paper; on the shadow thread
- *                     (S-BMUF) eta = min(1 - 1/N, 0.5) without it, unless
- *                     set. A background result lands about a round after
- *                     its snapshot, and momentum 1 - 1/N on that delayed
- *                     loop diverged (4 ranks, CTR trainer: eval NE above 1
- *                     with the look-ahead, 0.855 without, worse than no
- *                     sync; 0.833 with eta 0.5, as good as FR-BMUF).
- *   SHS_SHADOW_EASGD  a center model c sharded over the ranks (rank k owns a
- *                     contiguous slice). Each round: read the center slices
- *                     of the group's members (RDMA READ, no lock: a slice may
- *                     be read while its owner updates it, as in asynchronous
- *                     EASGD), d = alpha*(s - c), w -= d, and send each slice
- *                     of d to its owner with WRITE-with-immediate into the
- *                     owner's inbox; the owner's engine applies c += d when
- *                     it sees the immediate (at its next round). Every d that
- *                     moves a replica also moves the center, so replicas +
- *                     center is conserved. The center starts as the mean of
- *                     the ranks' models at shs_shadow_create. Default alpha =
- *                     0.5/N. Only the pull data path applies.
+ *   SHS_SHADOW_BMUF   block momentum over the last result w_g: G = mean - w_g;
+ *                     D = eta*D + zeta*G; result = w_g + D + eta*D (Nesterov)
+ *                     or w_g + D; w_g = result. Defaults: zeta = 1; in
+ *                     shs_shadow_sync eta = 1 - 1/N with Nesterov; on the
+ *                     shadow thread eta = min(1 - 1/N, 0.5) without it.
+ *   SHS_SHADOW_EASGD  elastic averaging against a center model sharded over
+ *                     the ranks (rank k owns a contiguous slice): d =
+ *                     alpha*(s - c), w -= d, and each slice of d is sent to
+ *                     its owner, which applies c += d at its next round;
+ *                     replicas + center is conserved. The center starts as
+ *                     the mean of the ranks' models at shs_shadow_create.
+ *                     Default alpha = 0.5/N. Pull path only.
  *
- * Failures. A peer counts as failed for the engine when the transport failed
- * it (an error completion such as retry-exceeded, a wait past
- * SHS_OP_TIMEOUT_MS, an async or rdma_cm event; see rma.h) or when a living
- * peer's published header says it failed: every header read (each round,
- * with the stamps) carries the sender's failed set, so a failure seen by one
- * survivor reaches all survivors that sync with it, directly or through
- * others, within a few rounds. The engine logs each failed peer once (with
- * the transport's reason, or the peer that reported it), never reads it
- * again (failure is sticky), and forms the groups of later rounds over the
- * living ranks: the schedule over their positions in ascending rank order
- * (a hypercube over a count that is not a power of g becomes the general
- * schedule with the same g), the same rule on every survivor, so survivors
- * with the same view form the same groups. Until the views agree a peer may
- * be a round ahead under its own grouping: it is skipped for that round, and
- * the seqlock still keeps every read whole. The ring path cannot use its
- * collective again after a failure, so it falls back to the pull path and
- * says so in its header (its group's members follow). EASGD leaves the dead
- * owner's center slice alone. A peer seen stopped (shs_shadow_stop) that
- * then goes away (its job ended first) is left out the same way but not
- * counted as failed (logged at info level). The round in which a rank first sees a
+ * Failures. A peer counts as failed when the transport failed it (rma.h) or
+ * when a living peer's published header says so, which spreads a failure to
+ * every survivor within a few rounds. Failure is sticky: the engine logs the
+ * peer once, never reads it again, and forms the groups of later rounds
+ * over the living ranks with the same rule on every survivor. The ring path
+ * falls back to the pull path for good; EASGD leaves the dead owner's center
+ * slice alone. A peer seen stopped that then goes away is left out the same
+ * way but not counted as failed. The round in which a rank first sees a
  * failure returns SHS_ERR_PEER_FAILED (shs_shadow_sync) and is counted in
- * `errors`; later rounds succeed over the living ranks. Stats show
- * failed_peers and the rounds run since (rounds_after_failure). A restarted
- * rank cannot rejoin (see README, "Failure handling").
+ * `errors`; later rounds succeed over the living ranks (failed_peers and
+ * rounds_after_failure in the stats). A restarted rank cannot rejoin.
  *
  * Threads. The context is driven by one thread at a time (context.h): while
  * the shadow thread runs (between shs_shadow_start and shs_shadow_stop) it
@@ -116,19 +69,16 @@
  * shs_shadow_finish (collective) or shs_ctx_barrier. Foreground
  * rounds (shs_shadow_sync) run on the calling thread. Worker threads only
  * read and write the model memory; they never call the library.
- * shs_shadow_stats and shs_shadow_peer_staleness may be called from any
- * thread at any time.
+ * shs_shadow_stats, shs_shadow_peer_staleness and shs_shadow_round may be
+ * called from any thread at any time.
  *
  * Floating point: rounds run with subnormals flushed to zero (x86 FTZ and
  * DAZ, on the shadow thread, and around shs_shadow_sync on the caller's
- * thread, whose mode is restored): a result below FLT_MIN is written as 0,
- * so the model never fills up with slow subnormal values as BMUF momentum
- * or EASGD differences decay.
+ * thread, whose mode is restored): a result below FLT_MIN is written as 0.
  *
  * Hot path: a round allocates nothing and takes no lock; it posts RDMA
- * operations and polls for their completion. Waiting for a peer's snapshot
- * backs off to short sleeps so that a waiting shadow thread leaves the CPU
- * to the workers. Every wait is bounded (wait_timeout_ms).
+ * operations and polls for their completion, sleeping briefly while it waits
+ * for a peer. Every wait is bounded (wait_timeout_ms).
  */
 #ifndef SHADOWSYNC_SHADOW_H
 #define SHADOWSYNC_SHADOW_H
@@ -323,12 +273,11 @@ SHS_API shs_status_t shs_shadow_sync(shs_shadow_t *shadow);
  * result exact. Collective; the thread must be stopped on every rank (after
  * shs_shadow_stop, or after the last foreground round), and the workers
  * should be done. A background round keeps the progress a rank's workers
- * made while it ran (shadow.h, "How a result is applied"), so after the
- * stop each rank's own model differs from the others by what its workers did
- * since its last round; for parameters that every example writes (output
- * biases) that drift is as large as the noise of SGD itself, and a rank's
- * own model can be visibly miscalibrated (docs/shadow.md, "The end of a
- * run"). So:
+ * made while it ran (see Rounds above), so after the stop each rank's own
+ * model differs from the others by what its workers did since its last
+ * round; for parameters that every example writes (output biases) that
+ * drift can leave a rank's own model visibly miscalibrated
+ * (docs/design.md, "Stop and finish"). So:
  *   MA, BMUF: every rank's model becomes the exact mean of the ranks'
  *             models (one ring allreduce); the sum is kept.
  *   EASGD:    every delta sent so far is applied to its owner's center

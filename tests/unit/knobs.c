@@ -1,6 +1,6 @@
 /*
  * shs_knobs: the SHS_* knob table as markdown, from the table itself
- * (runtime/config.c), so that the README never drifts from the code.
+ * (runtime/config.c), so that docs/knobs.md never drifts from the code.
  *
  *   shs_knobs                  print the table
  *   shs_knobs --check FILE     exit 1 when FILE's table (between the markers
@@ -43,7 +43,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (argc != 3 || (strcmp(argv[1], "--check") != 0 && strcmp(argv[1], "--update") != 0)) {
-        fprintf(stderr, "usage: shs_knobs [--check|--update README.md]\n");
+        fprintf(stderr, "usage: shs_knobs [--check|--update docs/knobs.md]\n");
         return 2;
     }
     size_t tlen, flen;
