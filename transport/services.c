@@ -24,6 +24,13 @@ void shs__ctx_waiter_init(shs__waiter_t *w, const shs_ctx_t *ctx, int timeout_ms
     shs__waiter_init(w, ctx->cfg.poll_spin < 0 ? 0u : (unsigned)ctx->cfg.poll_spin, timeout_ms);
 }
 
+shs_status_t shs__ctx_allgather(shs_ctx_t *ctx, const void *mine, size_t len, void *all)
+{
+    if (shs__ctx_endpoint_refused(ctx, "shs__ctx_allgather"))
+        return SHS_ERR_BAD_STATE;
+    return shs__boot_allgather(ctx->boot, mine, len, all);
+}
+
 shs_status_t shs__ctx_channel_take(shs_ctx_t *ctx, int want, const char *user,
                                    unsigned *chan_p)
 {

@@ -24,6 +24,11 @@ const shs__config_t *shs__ctx_config(const shs_ctx_t *ctx);
  * timeout_ms < 0 means SHS_OP_TIMEOUT_MS. */
 void shs__ctx_waiter_init(shs__waiter_t *w, const shs_ctx_t *ctx, int timeout_ms);
 
+/* Every rank's `len` bytes, in rank order, into all (size * len bytes).
+ * Collective over the bootstrap, on the thread that drives ctx (refused on
+ * an endpoint). For layers above that must check that the ranks agree. */
+shs_status_t shs__ctx_allgather(shs_ctx_t *ctx, const void *mine, size_t len, void *all);
+
 /* Take an immediate channel (the top 8 bits of a 32-bit immediate) for
  * `user` (a constant string, named in errors): want < 0 takes the highest
  * free channel in 1..255 (the same one on every rank when the ranks take

@@ -55,7 +55,8 @@ shs_status_t shs__emb_shard_save(const char *dir, const shs__emb_layout_t *l, ui
     char path[SHS__EMB_PATH_MAX], tmp[SHS__EMB_PATH_MAX];
     shs_status_t st;
 
-    if (dir == NULL || l == NULL || shard >= l->shards || dim == 0 || rows == NULL)
+    if (dir == NULL || l == NULL || shard >= l->shards || dim == 0 ||
+        (rows == NULL && shs__emb_shard_rows(l, shard) > 0))
         return SHS_ERR_INVALID_ARG;
     if ((st = shard_path(path, dir, shard, l->shards, "")) != SHS_OK ||
         (st = shard_path(tmp, dir, shard, l->shards, ".tmp")) != SHS_OK)

@@ -12,6 +12,7 @@
 #include <shadowsync/status.h>
 #include <shadowsync/version.h>
 #include <shadowsync/context.h>
+#include <shadowsync/embedding.h>
 #include <shadowsync/region.h>
 #include <shadowsync/rma.h>
 #include <shadowsync/msg.h>

@@ -1,0 +1,360 @@
+/* Sharded embedding tables, the worker's side: lookups (READ path, owner
+ * path, local rows), updates, flush (embedding.h; memory in emb.h). */
+#include <string.h>
+
+#include <shadowsync/rma.h>
+
+#include "algorithms/embedding/emb.h"
+#include "runtime/clock.h"
+#include "runtime/log.h"
+#include "transport/services.h"
+
+static _Atomic uint64_t *ack_word(const shs_emb_worker_t *w, int o)
+{
+    return (_Atomic uint64_t *)(emb_wbuf(w->emb, w->index) + w->emb->w_ack_off +
+                                (size_t)o * sizeof(uint64_t));
+}
+
+static _Atomic uint64_t *answer_word(const shs_emb_worker_t *w, int o)
+{
+    return (_Atomic uint64_t *)(emb_wbuf(w->emb, w->index) + w->emb->w_answer_off +
+                                (size_t)o * sizeof(uint64_t));
+}
+
+static float *packed_rows(const shs_emb_worker_t *w)
+{
+    return (float *)(emb_wbuf(w->emb, w->index) + w->emb->w_rows_off);
+}
+
+/* Whether holder o is gone (never for this rank's own shard). */
+static bool holder_failed(const shs_emb_worker_t *w, int o)
+{
+    return o != w->emb->me &&
+           shs_ctx_peer_status(w->ep, w->emb->holder_rank[o], NULL) != SHS_OK;
+}
+
+/* Wait until word reaches `want` (>= for counters, == for stamps); the
+ * timeout (< 0: the op timeout) counts time without the word moving. */
+static shs_status_t wait_word(shs_emb_worker_t *w, int o, _Atomic uint64_t *word, uint64_t want,
+                              bool exact, const char *what, int timeout_ms)
+{
+    const shs_emb_t *e = w->emb;
+    shs__waiter_t wt;
+    if (timeout_ms < 0)
+        timeout_ms = e->op_timeout_ms;
+    shs__waiter_init(&wt, e->spin, timeout_ms);
+    uint64_t last = atomic_load_explicit(word, memory_order_acquire);
+    for (;;) {
+        uint64_t v = atomic_load_explicit(word, memory_order_acquire);
+        if (exact ? v == want : v >= want)
+            return SHS_OK;
+        if (v != last) {
+            last = v;
+            shs__waiter_progress(&wt, true);
+        }
+        if (holder_failed(w, o)) {
+            emb_count(&w->c.peer_failures, 1);
+            return SHS_ERR_PEER_FAILED;
+        }
+        if (shs_progress(w->ep) == SHS_ERR_DEVICE)
+            return SHS_ERR_DEVICE;
+        if (shs__waiter_idle(&wt)) {
+            SHS_ERROR("embedding worker %d: holder %d (rank %d) did not %s within %d ms",
+                      w->index, o, e->holder_rank[o], what, timeout_ms);
+            return SHS_ERR_TIMEOUT;
+        }
+    }
+}
+
+shs_status_t shs__emb_wait_credit(shs_emb_worker_t *w, int o, uint64_t seq)
+{
+    if (seq <= SHS_EMB_SLOTS ||
+        atomic_load_explicit(ack_word(w, o), memory_order_acquire) + SHS_EMB_SLOTS >= seq)
+        return SHS_OK;
+    uint64_t t0 = shs__now_ns();
+    shs_status_t st = wait_word(w, o, ack_word(w, o), seq - SHS_EMB_SLOTS, false,
+                                "free a slot (apply an update)", -1);
+    emb_count(&w->c.slot_waits, 1);
+    emb_count(&w->c.slot_wait_ns, shs__now_ns() - t0);
+    return st;
+}
+
+/* Send one message of the planned rows [lo, lo + cnt) of holder o: the
+ * row indices, and for an update the summed gradient rows. */
+static shs_status_t send_msg(shs_emb_worker_t *w, int o, uint32_t kind, uint32_t lo, uint32_t cnt)
+{
+    shs_emb_t *e = w->emb;
+    uint64_t seq = w->sent[o] + 1;
+    if (holder_failed(w, o)) {
+        emb_count(&w->c.peer_failures, 1);
+        return SHS_ERR_PEER_FAILED;
+    }
+    shs_status_t st = shs__emb_wait_credit(w, o, seq);
+    if (st != SHS_OK)
+        return st;
+    bool local = o == e->me;
+    size_t stage = e->w_send_off + ((size_t)o * SHS_EMB_SLOTS + (seq - 1) % SHS_EMB_SLOTS) *
+                                       e->slot_bytes;
+    uint8_t *msg = local ? (uint8_t *)shs_region_addr(e->inbox) +
+                               emb_slot_off(e, e->rank, w->index, seq)
+                         : emb_wbuf(e, w->index) + stage;
+    size_t len = emb_msg_bytes(e, kind, cnt);
+    emb_hdr_t *h = (emb_hdr_t *)msg;
+    h->kind = kind;
+    h->count = cnt;
+    h->answer_off = (uint64_t)lo * e->dim;
+    h->reserved = 0;
+    memcpy(msg + EMB_HDR_BYTES, w->plan.local + lo, (size_t)cnt * sizeof(uint64_t));
+    if (kind == EMB_MSG_UPDATE)
+        memcpy(msg + EMB_HDR_BYTES + (size_t)cnt * 8u, w->grads + (size_t)lo * e->dim,
+               (size_t)cnt * e->row_bytes);
+    atomic_store_explicit((_Atomic uint64_t *)(msg + len - 8), seq ^ EMB_TAIL_MAGIC,
+                          memory_order_relaxed);
+    /* the header's stamp last: the apply thread reads it first */
+    atomic_store_explicit(&h->stamp, seq ^ EMB_HEAD_MAGIC, memory_order_release);
+    if (!local) {
+        st = shs_write(w->ep, e->holder_rank[o], e->wbuf, (size_t)w->index * e->w_bytes + stage,
+                       e->inbox, emb_slot_off(e, e->rank, w->index, seq), len, 0);
+        if (st != SHS_OK) {
+            if (st == SHS_ERR_PEER_FAILED)
+                emb_count(&w->c.peer_failures, 1);
+            return st;
+        }
+    }
+    w->sent[o] = seq;
+    return SHS_OK;
+}
+
+static shs_status_t plan_batch(shs_emb_worker_t *w, const uint64_t *ids, size_t n,
+                               const char *call)
+{
+    const shs_emb_t *e = w->emb;
+    uint32_t bad = 0;
+    if (n > e->max_batch) {
+        SHS_ERROR("%s: %zu ids; the table's max_batch is %u", call, n, e->max_batch);
+        return SHS_ERR_INVALID_ARG;
+    }
+    shs_status_t st = shs__emb_plan_build(&w->plan, ids, (uint32_t)n, &bad);
+    if (st != SHS_OK)
+        SHS_ERROR("%s: id %llu at position %u is out of range (the table has %llu rows); "
+                  "nothing was sent", call, (unsigned long long)ids[bad], bad,
+                  (unsigned long long)e->rows);
+    return st;
+}
+
+/* How holder o's rows of this batch come. */
+static uint8_t choose_via(const shs_emb_worker_t *w, int o)
+{
+    const shs_emb_t *e = w->emb;
+    const shs__emb_plan_t *p = &w->plan;
+    if (o == e->me)
+        return EMB_VIA_LOCAL;
+    if (e->path != SHS_EMB_PATH_AUTO)
+        return e->path == SHS_EMB_PATH_OWNER ? EMB_VIA_OWNER : EMB_VIA_READ;
+    uint32_t reads = 0;
+    for (uint32_t i = p->owner_start[o]; i < p->owner_start[o + 1] && reads <= EMB_AUTO_OWNER_READS;
+         i += shs__emb_plan_run(p, (uint32_t)o, i, UINT32_MAX))
+        reads++;
+    return reads > EMB_AUTO_OWNER_READS ? EMB_VIA_OWNER : EMB_VIA_READ;
+}
+
+static shs_status_t post_reads(shs_emb_worker_t *w, int o)
+{
+    shs_emb_t *e = w->emb;
+    const shs__emb_plan_t *p = &w->plan;
+    uint32_t hi = p->owner_start[o + 1];
+    for (uint32_t i = p->owner_start[o]; i < hi;) {
+        uint32_t run = shs__emb_plan_run(p, (uint32_t)o, i, UINT32_MAX);
+        shs_status_t st = shs_read(w->ep, e->holder_rank[o], e->wbuf,
+                                   (size_t)w->index * e->w_bytes + e->w_rows_off + i * e->row_bytes,
+                                   e->shard, p->local[i] * e->row_bytes, run * e->row_bytes,
+                                   i + run == hi ? SHS_OP_SIGNAL : 0);
+        if (st != SHS_OK) {
+            if (st == SHS_ERR_PEER_FAILED)
+                emb_count(&w->c.peer_failures, 1);
+            return st;
+        }
+        emb_count(&w->c.reads, 1);
+        i += run;
+    }
+    return SHS_OK;
+}
+
+static void copy_local(shs_emb_worker_t *w, int o)
+{
+    const shs_emb_t *e = w->emb;
+    const shs__emb_plan_t *p = &w->plan;
+    float *packed = packed_rows(w);
+    for (uint32_t i = p->owner_start[o]; i < p->owner_start[o + 1]; i++)
+        memcpy(packed + (size_t)i * e->dim, e->data + p->local[i] * e->dim, e->row_bytes);
+}
+
+shs_status_t shs_emb_lookup_start(shs_emb_worker_t *w, const uint64_t *ids, size_t n)
+{
+    if (w == NULL || (ids == NULL && n > 0))
+        return SHS_ERR_INVALID_ARG;
+    if (w->started) {
+        SHS_ERROR("shs_emb_lookup_start: worker %d has a lookup not waited for", w->index);
+        return SHS_ERR_BAD_STATE;
+    }
+    shs_status_t st = plan_batch(w, ids, n, "shs_emb_lookup");
+    if (st != SHS_OK)
+        return st;
+    shs_emb_t *e = w->emb;
+    const shs__emb_plan_t *p = &w->plan;
+    shs_status_t first = SHS_OK;
+    for (int o = 0; o < (int)e->layout.shards; o++) {
+        uint32_t cnt = p->owner_start[o + 1] - p->owner_start[o];
+        w->via[o] = cnt == 0 ? EMB_VIA_NONE : choose_via(w, o);
+        if (w->via[o] == EMB_VIA_LOCAL) {
+            copy_local(w, o);
+            emb_count(&w->c.rows_local, cnt);
+        } else if (w->via[o] == EMB_VIA_READ) {
+            st = post_reads(w, o);
+            emb_count(&w->c.rows_read, cnt);
+        } else if (w->via[o] == EMB_VIA_OWNER) {
+            st = send_msg(w, o, EMB_MSG_LOOKUP, p->owner_start[o], cnt);
+            w->answer_want[o] = w->sent[o] ^ EMB_ANSWER_MAGIC;
+            emb_count(&w->c.rows_owner, cnt);
+        }
+        if (st != SHS_OK) {
+            w->via[o] = EMB_VIA_NONE; /* nothing to wait for there */
+            if (first == SHS_OK)
+                first = st;
+            st = SHS_OK;
+        }
+        if (w->via[o] == EMB_VIA_READ || w->via[o] == EMB_VIA_OWNER)
+            emb_count(&w->c.bytes_fetched, (uint64_t)cnt * e->row_bytes);
+    }
+    emb_count(&w->c.lookups, 1);
+    emb_count(&w->c.ids, n);
+    emb_count(&w->c.dup_ids, n - p->nuniq);
+    w->started = true;
+    w->started_n = n;
+    w->start_status = first;
+    return SHS_OK;
+}
+
+/* Complete the started lookup's transfers; the first error wins. */
+static shs_status_t finish_lookup(shs_emb_worker_t *w)
+{
+    shs_emb_t *e = w->emb;
+    shs_status_t first = w->start_status;
+    w->started = false;
+    for (int o = 0; o < (int)e->layout.shards; o++) {
+        shs_status_t st = SHS_OK;
+        if (w->via[o] == EMB_VIA_READ) {
+            st = shs_flush(w->ep, e->holder_rank[o], SHS_TIMEOUT_DEFAULT);
+            if (st == SHS_ERR_PEER_FAILED || st == SHS_ERR_REMOTE_ACCESS ||
+                st == SHS_ERR_TRANSPORT)
+                emb_count(&w->c.peer_failures, 1);
+        } else if (w->via[o] == EMB_VIA_OWNER) {
+            st = wait_word(w, o, answer_word(w, o), w->answer_want[o], true,
+                           "answer a lookup", -1);
+        }
+        if (first == SHS_OK)
+            first = st;
+    }
+    return first;
+}
+
+shs_status_t shs_emb_lookup_wait(shs_emb_worker_t *w, float *out, size_t out_len)
+{
+    if (w == NULL)
+        return SHS_ERR_INVALID_ARG;
+    if (!w->started) {
+        SHS_ERROR("shs_emb_lookup_wait: worker %d has no lookup started", w->index);
+        return SHS_ERR_BAD_STATE;
+    }
+    size_t n = w->started_n;
+    shs_status_t st = finish_lookup(w);
+    if (st == SHS_OK && ((out == NULL && n > 0) || out_len < n * w->emb->dim)) {
+        SHS_ERROR("shs_emb_lookup_wait: out holds %zu floats, %zu ids of dim %u need %zu",
+                  out_len, n, w->emb->dim, n * w->emb->dim);
+        return SHS_ERR_INVALID_ARG;
+    }
+    if (st == SHS_OK)
+        shs__emb_plan_scatter(&w->plan, packed_rows(w), w->emb->dim, (uint32_t)n, out);
+    return st;
+}
+
+shs_status_t shs_emb_lookup(shs_emb_worker_t *w, const uint64_t *ids, size_t n, float *out,
+                            size_t out_len)
+{
+    if (w == NULL || (n > 0 && (ids == NULL || out == NULL)))
+        return SHS_ERR_INVALID_ARG;
+    if (out_len < n * w->emb->dim) {
+        SHS_ERROR("shs_emb_lookup: out holds %zu floats, %zu ids of dim %u need %zu; nothing "
+                  "was sent", out_len, n, w->emb->dim, n * w->emb->dim);
+        return SHS_ERR_INVALID_ARG;
+    }
+    shs_status_t st = shs_emb_lookup_start(w, ids, n);
+    return st != SHS_OK ? st : shs_emb_lookup_wait(w, out, out_len);
+}
+
+shs_status_t shs_emb_lookup_pooled(shs_emb_worker_t *w, const uint64_t *ids,
+                                   const uint32_t *offsets, size_t nbags, int mean, float *out,
+                                   size_t out_len)
+{
+    if (w == NULL || offsets == NULL || (nbags > 0 && out == NULL))
+        return SHS_ERR_INVALID_ARG;
+    size_t n = offsets[nbags];
+    bool ok = offsets[0] == 0 && out_len >= nbags * w->emb->dim && (ids != NULL || n == 0);
+    for (size_t b = 0; ok && b < nbags; b++)
+        ok = offsets[b] <= offsets[b + 1];
+    if (!ok) {
+        SHS_ERROR("shs_emb_lookup_pooled: offsets must start at 0 and ascend, out hold nbags "
+                  "x dim = %zu floats (it holds %zu); nothing was sent",
+                  nbags * w->emb->dim, out_len);
+        return SHS_ERR_INVALID_ARG;
+    }
+    shs_status_t st = shs_emb_lookup_start(w, ids, n);
+    if (st == SHS_OK)
+        st = finish_lookup(w);
+    if (st == SHS_OK)
+        shs__emb_plan_pool(&w->plan, packed_rows(w), w->emb->dim, offsets, (uint32_t)nbags,
+                           mean, out);
+    return st;
+}
+
+shs_status_t shs_emb_update(shs_emb_worker_t *w, const uint64_t *ids, size_t n,
+                            const float *grads)
+{
+    if (w == NULL || (n > 0 && (ids == NULL || grads == NULL)))
+        return SHS_ERR_INVALID_ARG;
+    shs_status_t st = plan_batch(w, ids, n, "shs_emb_update");
+    if (st != SHS_OK)
+        return st;
+    shs_emb_t *e = w->emb;
+    const shs__emb_plan_t *p = &w->plan;
+    shs__emb_plan_sum(p, grads, e->dim, (uint32_t)n, w->grads);
+    shs_status_t first = SHS_OK;
+    for (int o = 0; o < (int)e->layout.shards; o++) {
+        uint32_t cnt = p->owner_start[o + 1] - p->owner_start[o];
+        if (cnt == 0)
+            continue;
+        st = send_msg(w, o, EMB_MSG_UPDATE, p->owner_start[o], cnt);
+        if (st != SHS_OK && first == SHS_OK)
+            first = st;
+    }
+    emb_count(&w->c.updates, 1);
+    emb_count(&w->c.update_rows, p->nuniq);
+    return first;
+}
+
+shs_status_t shs_emb_flush(shs_emb_worker_t *w, int timeout_ms)
+{
+    if (w == NULL || timeout_ms == 0)
+        return SHS_ERR_INVALID_ARG;
+    shs_emb_t *e = w->emb;
+    shs_status_t first = SHS_OK;
+    for (int o = 0; o < (int)e->layout.shards; o++) {
+        if (w->sent[o] == 0)
+            continue;
+        shs_status_t st = wait_word(w, o, ack_word(w, o), w->sent[o], false,
+                                    "apply this worker's updates", timeout_ms);
+        if (st != SHS_OK && first == SHS_OK)
+            first = st;
+    }
+    return first;
+}

@@ -1,0 +1,160 @@
+/*
+ * Internal: the sharded embedding table's objects (embedding.h). Memory of
+ * one rank, all registered on the context at create:
+ *   shard   this holder's rows (uneven: non-holders hold none); peers READ it
+ *   inbox   holders: one slot per (sender rank, worker, k < SHS_EMB_SLOTS),
+ *           written by the senders' workers: a message is a header, local row
+ *           indices, gradient rows (updates) and a trailer stamp
+ *   wbuf    per worker: the packed rows of a lookup (READ destination, or
+ *           where holders write owner-path answers), send staging per holder
+ *           and slot, and the words holders write back: the last applied
+ *           sequence and the last answered lookup, per holder
+ *   srv     holders: the apply thread's sources for those words and its
+ *           answer buffers
+ * A message (worker w of rank r to holder o) carries sequence e = 1, 2, ...
+ * per (r, w, o) and lands in slot (e - 1) % SHS_EMB_SLOTS; the worker sends
+ * e only when o has applied e - SHS_EMB_SLOTS (its credit). The apply thread
+ * takes (r, w)'s messages in order: header stamp, then trailer stamp (RC
+ * places a WRITE's bytes in order, as on rxe and ConnectX), then the body;
+ * it clears both stamps before it acknowledges e, so a slot's old stamps
+ * never match again.
+ */
+#ifndef SHS_ALGORITHMS_EMBEDDING_EMB_H
+#define SHS_ALGORITHMS_EMBEDDING_EMB_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <shadowsync/embedding.h>
+#include <shadowsync/region.h>
+
+#include "algorithms/embedding/plan.h"
+
+#define EMB_MAX_WORKERS 64
+#define EMB_MAX_DIM 4096
+#define EMB_MSG_UPDATE 1u
+#define EMB_MSG_LOOKUP 2u
+/* Stamps are the sequence number mixed with a constant per use, so that a
+ * row index or gradient left in a slot never passes for one. */
+#define EMB_HEAD_MAGIC 0x5348534548454144ull /* "SHSEHEAD" */
+#define EMB_TAIL_MAGIC 0x534853455441494cull /* "SHSETAIL" */
+#define EMB_ANSWER_MAGIC 0x5348534541534e57ull
+#define EMB_HDR_BYTES 32u
+#define EMB_ANSWER_BUFS 4 /* owner-path answers in flight per apply thread */
+/* SHS_EMB_PATH_AUTO takes the owner path for a holder once its rows would
+ * need more READs than this: the owner path costs three WRITEs (the ids,
+ * the rows, the stamp), the READ path one READ per run of adjacent rows,
+ * and on a message-bound device (Soft-RoCE) messages are the cost */
+#define EMB_AUTO_OWNER_READS 3
+
+enum { EMB_VIA_NONE = 0, EMB_VIA_LOCAL, EMB_VIA_READ, EMB_VIA_OWNER };
+
+typedef struct emb_hdr {
+    _Atomic uint64_t stamp; /* e ^ EMB_HEAD_MAGIC */
+    uint32_t kind;
+    uint32_t count;
+    uint64_t answer_off;    /* lookup: float offset of row 0 in the asker's rows area */
+    uint64_t reserved;
+} emb_hdr_t;
+
+_Static_assert(sizeof(emb_hdr_t) == EMB_HDR_BYTES, "message header size");
+
+typedef struct emb_counters {
+    _Atomic uint64_t lookups, ids, dup_ids, rows_local, rows_read, rows_owner, reads,
+        bytes_fetched, updates, update_rows, slot_waits, slot_wait_ns, peer_failures;
+} emb_counters_t;
+
+struct shs_emb_worker {
+    shs_emb_t *emb;
+    int index;
+    shs_ctx_t *ep;
+    shs__emb_plan_t plan;
+    float *grads;             /* summed gradient rows of a batch (max_batch x dim) */
+    uint64_t *sent;           /* per holder: last sequence sent */
+    uint64_t *answer_want;    /* per holder: the stamp an owner-path answer will carry */
+    bool started;             /* a lookup between start and wait */
+    uint8_t *via;             /* per holder: how this lookup's rows come (EMB_VIA_*) */
+    size_t started_n;
+    shs_status_t start_status;
+    size_t off;               /* this worker's part of wbuf */
+    emb_counters_t c;
+};
+
+struct shs_emb {
+    shs_ctx_t *ctx;
+    int rank, size;
+    uint64_t rows;
+    uint32_t dim;
+    shs_emb_optimizer_t opt;
+    float lr, eps, init_scale;
+    uint64_t seed;
+    uint32_t max_batch;
+    int nworkers;
+    shs_emb_path_t path;
+    int op_timeout_ms;
+    unsigned spin;
+    shs__emb_layout_t layout;
+    int *holder_rank;         /* holder index -> rank */
+    int *holder_of;           /* rank -> holder index, or -1 */
+    int me;                   /* this rank's holder index, or -1 */
+
+    size_t row_bytes, slot_bytes, nslots;
+    shs_region_t *shard, *inbox, *wbuf, *srv;
+    float *data;              /* shard memory (shard_rows x dim), NULL for a non-holder */
+    float *state;             /* Adagrad accumulators, one per shard row */
+    uint64_t shard_rows;
+    /* wbuf layout of one worker */
+    size_t w_bytes, w_rows_off, w_send_off, w_ack_off, w_answer_off;
+    /* srv layout */
+    size_t s_ack_off, s_answer_stamp_off, s_answer_buf_off;
+
+    shs_emb_worker_t *workers;
+
+    /* the apply thread (holders) */
+    shs_ctx_t *apply_ep;
+    pthread_t apply_thread;
+    bool apply_running;
+    atomic_bool apply_stop;
+    uint64_t *expect;         /* per (sender, worker): next sequence */
+    bool *answer_pending;     /* answer buffer written, not yet known complete */
+    unsigned answer_next;
+    _Atomic uint64_t applied_batches, applied_rows, served_lookups, served_rows, lag_max,
+        busy_ns;
+};
+
+/* slot of (sender, worker, k) in a holder's inbox */
+static inline size_t emb_slot_off(const shs_emb_t *e, int sender, int w, uint64_t seq)
+{
+    size_t k = (size_t)((seq - 1) % SHS_EMB_SLOTS);
+    return (((size_t)sender * (size_t)e->nworkers + (size_t)w) * SHS_EMB_SLOTS + k) *
+           e->slot_bytes;
+}
+
+/* bytes of a message of `count` rows: header, row indices, gradient rows
+ * (updates; padded to 8 bytes), trailer stamp */
+static inline size_t emb_msg_bytes(const shs_emb_t *e, uint32_t kind, uint32_t count)
+{
+    size_t grads = kind == EMB_MSG_UPDATE ? ((size_t)count * e->row_bytes + 7u) & ~(size_t)7u : 0;
+    return EMB_HDR_BYTES + (size_t)count * 8u + grads + 8u;
+}
+
+static inline uint8_t *emb_wbuf(const shs_emb_t *e, int w)
+{
+    return (uint8_t *)shs_region_addr(e->wbuf) + (size_t)w * e->w_bytes;
+}
+
+static inline void emb_count(_Atomic uint64_t *c, uint64_t v)
+{
+    atomic_fetch_add_explicit(c, v, memory_order_relaxed);
+}
+
+/* server.c */
+shs_status_t shs__emb_apply_start(shs_emb_t *e);
+void shs__emb_apply_stop(shs_emb_t *e);
+
+/* client.c: waits for a worker */
+shs_status_t shs__emb_wait_credit(shs_emb_worker_t *w, int o, uint64_t seq);
+
+#endif

@@ -1,0 +1,390 @@
+/* Sharded embedding tables: create, destroy, stats, save and load
+ * (embedding.h; the layout of memory in emb.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "algorithms/embedding/emb.h"
+#include "algorithms/embedding/store.h"
+#include "runtime/log.h"
+#include "transport/services.h"
+
+#define DEFAULT_LR 0.01f
+#define DEFAULT_EPS 1e-8f
+#define DEFAULT_INIT_SCALE 0.01f
+#define DEFAULT_MAX_BATCH 4096u
+#define MAX_BATCH_CAP (1u << 20)
+#define LOAD_SCRATCH_ROWS 1024
+
+/* What every rank must agree on, gathered at create. */
+typedef struct emb_sig {
+    int32_t status;
+    uint32_t dim;
+    uint64_t rows;
+    uint32_t map, opt, max_batch, workers, nholders, path;
+    uint64_t holders_hash;
+} emb_sig_t;
+
+static uint64_t hash_holders(const int *h, int n)
+{
+    uint64_t x = 1469598103934665603ull;
+    for (int i = 0; i < n; i++)
+        x = (x ^ (uint64_t)(uint32_t)h[i]) * 1099511628211ull;
+    return x;
+}
+
+static shs_status_t resolve(shs_emb_t *e, const shs_emb_params_t *p)
+{
+    uint64_t m = p->field_mask;
+    e->rows = p->rows;
+    e->dim = p->dim;
+    e->layout.map = (m & SHS_EMB_PARAM_MAP) ? (shs__emb_map_t)p->map : SHS__EMB_MAP_MODULO;
+    e->opt = (m & SHS_EMB_PARAM_OPTIMIZER) ? p->optimizer : SHS_EMB_OPT_SGD;
+    e->lr = (m & SHS_EMB_PARAM_LR) ? p->lr : DEFAULT_LR;
+    e->eps = (m & SHS_EMB_PARAM_EPS) ? p->eps : DEFAULT_EPS;
+    e->init_scale = (m & SHS_EMB_PARAM_INIT) ? p->init_scale : DEFAULT_INIT_SCALE;
+    e->seed = (m & SHS_EMB_PARAM_INIT) ? p->seed : 0;
+    e->max_batch = (m & SHS_EMB_PARAM_MAX_BATCH) ? p->max_batch : DEFAULT_MAX_BATCH;
+    e->nworkers = (m & SHS_EMB_PARAM_WORKERS) ? p->workers : 1;
+    e->path = (m & SHS_EMB_PARAM_PATH) ? p->path : SHS_EMB_PATH_AUTO;
+    if (e->rows == 0 || e->dim == 0 || e->dim > EMB_MAX_DIM) {
+        SHS_ERROR("shs_emb_create: rows %llu, dim %u: rows >= 1 and dim 1..%d",
+                  (unsigned long long)e->rows, e->dim, EMB_MAX_DIM);
+        return SHS_ERR_INVALID_ARG;
+    }
+    if (e->max_batch == 0 || e->max_batch > MAX_BATCH_CAP || e->nworkers < 1 ||
+        e->nworkers > EMB_MAX_WORKERS) {
+        SHS_ERROR("shs_emb_create: max_batch %u (1..%u), workers %d (1..%d)", e->max_batch,
+                  MAX_BATCH_CAP, e->nworkers, EMB_MAX_WORKERS);
+        return SHS_ERR_INVALID_ARG;
+    }
+    if ((unsigned)e->layout.map > SHS__EMB_MAP_RANGE || (unsigned)e->opt > SHS_EMB_OPT_ADAGRAD ||
+        (unsigned)e->path > SHS_EMB_PATH_OWNER || !(e->lr > 0.0f) || !(e->eps > 0.0f) ||
+        !(e->init_scale >= 0.0f)) {
+        SHS_ERROR("shs_emb_create: unknown map %d, optimizer %d or path %d, or lr %g, eps %g, "
+                  "init_scale %g not positive", (int)e->layout.map, (int)e->opt, (int)e->path,
+                  (double)e->lr, (double)e->eps, (double)e->init_scale);
+        return SHS_ERR_INVALID_ARG;
+    }
+    return SHS_OK;
+}
+
+static shs_status_t resolve_holders(shs_emb_t *e, const shs_emb_params_t *p)
+{
+    bool given = (p->field_mask & SHS_EMB_PARAM_HOLDERS) != 0;
+    int n = given ? p->nholders : e->size;
+    e->holder_rank = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
+    e->holder_of = malloc((size_t)e->size * sizeof(int));
+    if (e->holder_rank == NULL || e->holder_of == NULL)
+        return SHS_ERR_NO_MEMORY;
+    for (int r = 0; r < e->size; r++)
+        e->holder_of[r] = -1;
+    if (n < 1 || (given && p->holders == NULL)) {
+        SHS_ERROR("shs_emb_create: %d holders; at least one", n);
+        return SHS_ERR_INVALID_ARG;
+    }
+    for (int i = 0; i < n; i++) {
+        int r = given ? p->holders[i] : i;
+        if (r < 0 || r >= e->size || (i > 0 && r <= e->holder_rank[i - 1])) {
+            SHS_ERROR("shs_emb_create: holders[%d] = %d: holders are ascending ranks of 0..%d",
+                      i, r, e->size - 1);
+            return SHS_ERR_INVALID_ARG;
+        }
+        e->holder_rank[i] = r;
+        e->holder_of[r] = i;
+    }
+    e->me = e->holder_of[e->rank];
+    return shs__emb_layout_init(&e->layout, e->rows, (uint32_t)n, e->layout.map);
+}
+
+/* Every rank gathers every rank's signature: a local error, or a field that
+ * differs from rank 0's, fails every rank the same way. */
+static shs_status_t agree(shs_emb_t *e, shs_status_t local)
+{
+    emb_sig_t mine = {.status = local, .dim = e->dim, .rows = e->rows,
+                      .map = (uint32_t)e->layout.map, .opt = (uint32_t)e->opt,
+                      .max_batch = e->max_batch, .workers = (uint32_t)e->nworkers,
+                      .nholders = e->layout.shards, .path = (uint32_t)e->path,
+                      .holders_hash = local == SHS_OK
+                                          ? hash_holders(e->holder_rank, (int)e->layout.shards)
+                                          : 0};
+    emb_sig_t *all = calloc((size_t)e->size, sizeof(*all));
+    if (all == NULL)
+        return SHS_ERR_NO_MEMORY;
+    shs_status_t st = shs__ctx_allgather(e->ctx, &mine, sizeof(mine), all);
+    for (int r = 0; st == SHS_OK && r < e->size; r++) {
+        const emb_sig_t *a = &all[r], *z = &all[0];
+        if (a->status != SHS_OK) {
+            st = r == e->rank ? local : SHS_ERR_PEER_FAILED;
+            if (r != e->rank)
+                SHS_ERROR("shs_emb_create: rank %d refused its parameters (%s)", r,
+                          shs_status_string((shs_status_t)a->status));
+        } else if (a->dim != z->dim || a->rows != z->rows || a->map != z->map ||
+                   a->opt != z->opt || a->max_batch != z->max_batch ||
+                   a->workers != z->workers || a->nholders != z->nholders ||
+                   a->holders_hash != z->holders_hash || a->path != z->path) {
+            SHS_ERROR("shs_emb_create: rank %d's table differs from rank 0's: rows %llu/%llu "
+                      "dim %u/%u map %u/%u optimizer %u/%u max_batch %u/%u workers %u/%u "
+                      "holders %u/%u%s path %u/%u", r, (unsigned long long)a->rows,
+                      (unsigned long long)z->rows, a->dim, z->dim, a->map, z->map, a->opt,
+                      z->opt, a->max_batch, z->max_batch, a->workers, z->workers, a->nholders,
+                      z->nholders, a->holders_hash != z->holders_hash ? " (other ranks)" : "",
+                      a->path, z->path);
+            st = SHS_ERR_SIZE_MISMATCH;
+        }
+    }
+    free(all);
+    return st;
+}
+
+static void plan_sizes(shs_emb_t *e)
+{
+    size_t S = e->layout.shards;
+    e->row_bytes = (size_t)e->dim * sizeof(float);
+    e->slot_bytes = (emb_msg_bytes(e, EMB_MSG_UPDATE, e->max_batch) + 63u) & ~(size_t)63u;
+    e->nslots = (size_t)e->size * (size_t)e->nworkers * SHS_EMB_SLOTS;
+    e->w_rows_off = 0;
+    e->w_send_off = (size_t)e->max_batch * e->row_bytes;
+    e->w_ack_off = e->w_send_off + S * SHS_EMB_SLOTS * e->slot_bytes;
+    e->w_answer_off = e->w_ack_off + S * sizeof(uint64_t);
+    e->w_bytes = (e->w_answer_off + S * sizeof(uint64_t) + 63u) & ~(size_t)63u;
+    e->s_ack_off = 0;
+    e->s_answer_stamp_off = (size_t)e->size * (size_t)e->nworkers * sizeof(uint64_t);
+    e->s_answer_buf_off = (2 * e->s_answer_stamp_off + 63u) & ~(size_t)63u;
+    e->shard_rows = e->me >= 0 ? shs__emb_shard_rows(&e->layout, (uint32_t)e->me) : 0;
+}
+
+static shs_status_t alloc_regions(shs_emb_t *e)
+{
+    bool h = e->me >= 0;
+    const unsigned lw = SHS_ACCESS_LOCAL_WRITE;
+    size_t srv = e->s_answer_buf_off + EMB_ANSWER_BUFS * (size_t)e->max_batch * e->row_bytes;
+    shs_status_t st;
+
+    if ((st = shs__region_alloc_uneven(e->ctx, e->shard_rows * e->row_bytes,
+                                       lw | SHS_ACCESS_REMOTE_READ, &e->shard)) != SHS_OK)
+        return st;
+    if ((st = shs__region_alloc_uneven(e->ctx, h ? e->nslots * e->slot_bytes : 0,
+                                       lw | SHS_ACCESS_REMOTE_WRITE, &e->inbox)) != SHS_OK)
+        return st;
+    if ((st = shs_region_alloc(e->ctx, (size_t)e->nworkers * e->w_bytes,
+                               lw | SHS_ACCESS_REMOTE_WRITE, &e->wbuf)) != SHS_OK)
+        return st;
+    if ((st = shs__region_alloc_uneven(e->ctx, h ? srv : 0, lw, &e->srv)) != SHS_OK)
+        return st;
+    e->data = e->shard_rows > 0 ? shs_region_addr(e->shard) : NULL;
+    if (h && e->opt == SHS_EMB_OPT_ADAGRAD) {
+        e->state = calloc((size_t)(e->shard_rows > 0 ? e->shard_rows : 1), sizeof(float));
+        if (e->state == NULL)
+            return SHS_ERR_NO_MEMORY;
+    }
+    for (uint64_t k = 0; k < e->shard_rows; k++)
+        shs__emb_init_row(e->seed, shs__emb_global_row(&e->layout, (uint32_t)e->me, k),
+                          e->init_scale, e->data + k * e->dim, e->dim);
+    return SHS_OK;
+}
+
+static shs_status_t make_workers(shs_emb_t *e)
+{
+    size_t S = e->layout.shards;
+    e->workers = calloc((size_t)e->nworkers, sizeof(*e->workers));
+    if (e->workers == NULL)
+        return SHS_ERR_NO_MEMORY;
+    for (int i = 0; i < e->nworkers; i++) {
+        shs_emb_worker_t *w = &e->workers[i];
+        w->emb = e;
+        w->index = i;
+        w->off = (size_t)i * e->w_bytes;
+        shs_status_t st = shs__emb_plan_init(&w->plan, &e->layout, e->max_batch);
+        if (st != SHS_OK)
+            return st;
+        w->grads = malloc((size_t)e->max_batch * e->row_bytes);
+        w->sent = calloc(S, sizeof(uint64_t));
+        w->answer_want = calloc(S, sizeof(uint64_t));
+        w->via = calloc(S, 1);
+        if (w->grads == NULL || w->sent == NULL || w->answer_want == NULL || w->via == NULL)
+            return SHS_ERR_NO_MEMORY;
+    }
+    /* endpoints pair by creation order on every rank: the apply thread's
+     * first, then one per worker */
+    shs_status_t st = shs_ctx_endpoint_create(e->ctx, &e->apply_ep);
+    for (int i = 0; st == SHS_OK && i < e->nworkers; i++)
+        st = shs_ctx_endpoint_create(e->ctx, &e->workers[i].ep);
+    return st;
+}
+
+static void free_table(shs_emb_t *e)
+{
+    for (int i = 0; e->workers != NULL && i < e->nworkers; i++) {
+        shs_emb_worker_t *w = &e->workers[i];
+        shs_ctx_destroy(w->ep);
+        shs__emb_plan_fini(&w->plan);
+        free(w->grads);
+        free(w->sent);
+        free(w->answer_want);
+        free(w->via);
+    }
+    free(e->workers);
+    shs_ctx_destroy(e->apply_ep);
+    shs_region_destroy(e->srv);
+    shs_region_destroy(e->wbuf);
+    shs_region_destroy(e->inbox);
+    shs_region_destroy(e->shard);
+    free(e->state);
+    free(e->expect);
+    free(e->answer_pending);
+    free(e->holder_rank);
+    free(e->holder_of);
+    free(e);
+}
+
+shs_status_t shs_emb_create(shs_ctx_t *ctx, const shs_emb_params_t *params, shs_emb_t **emb_p)
+{
+    if (ctx == NULL || params == NULL || emb_p == NULL)
+        return SHS_ERR_INVALID_ARG;
+    if (shs__ctx_refused(ctx, "shs_emb_create"))
+        return SHS_ERR_BAD_STATE;
+    shs_emb_t *e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        return SHS_ERR_NO_MEMORY;
+    e->ctx = ctx;
+    e->rank = shs_ctx_rank(ctx);
+    e->size = shs_ctx_size(ctx);
+    const shs__config_t *cfg = shs__ctx_config(ctx);
+    e->op_timeout_ms = cfg->op_timeout_ms;
+    e->spin = cfg->poll_spin < 0 ? 0u : (unsigned)cfg->poll_spin;
+    atomic_init(&e->apply_stop, false);
+
+    shs_status_t st = resolve(e, params);
+    if (st == SHS_OK)
+        st = resolve_holders(e, params);
+    st = agree(e, st);
+    if (st != SHS_OK)
+        goto err_free;
+    plan_sizes(e);
+    e->expect = malloc((size_t)e->size * (size_t)e->nworkers * sizeof(uint64_t));
+    e->answer_pending = calloc(EMB_ANSWER_BUFS, sizeof(bool));
+    if (e->expect == NULL || e->answer_pending == NULL) {
+        st = SHS_ERR_NO_MEMORY; /* peers fail in the next collective step */
+        goto err_free;
+    }
+    for (size_t i = 0; i < (size_t)e->size * (size_t)e->nworkers; i++)
+        e->expect[i] = 1;
+    if ((st = alloc_regions(e)) != SHS_OK || (st = make_workers(e)) != SHS_OK)
+        goto err_free;
+    if (e->me >= 0 && (st = shs__emb_apply_start(e)) != SHS_OK)
+        goto err_free;
+    /* nobody sends before every holder's apply thread runs */
+    if ((st = shs_ctx_barrier(ctx)) != SHS_OK)
+        goto err_stop;
+    SHS_INFO("embedding table: %llu rows x %u over %u holder(s), %llu rows here, %d worker(s)",
+             (unsigned long long)e->rows, e->dim, e->layout.shards,
+             (unsigned long long)e->shard_rows, e->nworkers);
+    *emb_p = e;
+    return SHS_OK;
+
+err_stop:
+    shs__emb_apply_stop(e);
+err_free:
+    free_table(e);
+    return st;
+}
+
+void shs_emb_destroy(shs_emb_t *e)
+{
+    if (e == NULL)
+        return;
+    /* no peer writes into this rank's inboxes after everyone is here */
+    shs_status_t st = shs_ctx_barrier(e->ctx);
+    if (st != SHS_OK)
+        SHS_WARN("shs_emb_destroy: barrier: %s; releasing anyway", shs_status_string(st));
+    shs__emb_apply_stop(e);
+    free_table(e);
+}
+
+shs_emb_worker_t *shs_emb_worker(shs_emb_t *e, int i)
+{
+    return e != NULL && i >= 0 && i < e->nworkers ? &e->workers[i] : NULL;
+}
+
+static uint64_t rd(const _Atomic uint64_t *c)
+{
+    return atomic_load_explicit(c, memory_order_relaxed);
+}
+
+shs_status_t shs_emb_stats(const shs_emb_t *e, shs_emb_stats_t *s)
+{
+    if (e == NULL || s == NULL)
+        return SHS_ERR_INVALID_ARG;
+    memset(s, 0, sizeof(*s));
+    for (int i = 0; i < e->nworkers; i++) {
+        const emb_counters_t *c = &e->workers[i].c;
+        s->lookups += rd(&c->lookups);
+        s->ids += rd(&c->ids);
+        s->dup_ids += rd(&c->dup_ids);
+        s->rows_local += rd(&c->rows_local);
+        s->rows_read += rd(&c->rows_read);
+        s->rows_owner += rd(&c->rows_owner);
+        s->reads += rd(&c->reads);
+        s->bytes_fetched += rd(&c->bytes_fetched);
+        s->updates += rd(&c->updates);
+        s->update_rows += rd(&c->update_rows);
+        s->slot_waits += rd(&c->slot_waits);
+        s->slot_wait_ms += (double)rd(&c->slot_wait_ns) * 1e-6;
+        s->peer_failures += rd(&c->peer_failures);
+    }
+    s->applied_batches = rd(&e->applied_batches);
+    s->applied_rows = rd(&e->applied_rows);
+    s->served_lookups = rd(&e->served_lookups);
+    s->served_rows = rd(&e->served_rows);
+    s->apply_lag_max = rd(&e->lag_max);
+    s->apply_busy_ms = (double)rd(&e->busy_ns) * 1e-6;
+    s->shard_rows = e->shard_rows;
+    s->shard_bytes = e->shard_rows * e->row_bytes;
+    s->state_bytes = e->state != NULL ? e->shard_rows * sizeof(float) : 0;
+    s->registered_bytes = shs_region_len(e->shard) + shs_region_len(e->inbox) +
+                          shs_region_len(e->wbuf) + shs_region_len(e->srv);
+    return SHS_OK;
+}
+
+shs_status_t shs_emb_save(shs_emb_t *e, const char *dir)
+{
+    if (e == NULL || dir == NULL)
+        return SHS_ERR_INVALID_ARG;
+    shs_status_t st = SHS_OK;
+    if (e->me >= 0)
+        st = shs__emb_shard_save(dir, &e->layout, (uint32_t)e->me, e->dim, e->data, e->state);
+    shs_status_t bs = shs_ctx_barrier(e->ctx);
+    return st != SHS_OK ? st : bs;
+}
+
+static shs_status_t load_shard(shs_emb_t *e, const char *dir)
+{
+    size_t n = (size_t)e->shard_rows;
+    float *rows = malloc((n > 0 ? n : 1) * e->row_bytes);
+    float *state = e->state != NULL ? malloc((n > 0 ? n : 1) * sizeof(float)) : NULL;
+    float *scratch = malloc((size_t)LOAD_SCRATCH_ROWS * e->row_bytes);
+    shs_status_t st = SHS_ERR_NO_MEMORY;
+    if (rows != NULL && scratch != NULL && (e->state == NULL || state != NULL))
+        st = shs__emb_shard_load(dir, &e->layout, (uint32_t)e->me, e->dim, rows, state,
+                                 scratch, LOAD_SCRATCH_ROWS);
+    if (st == SHS_OK) {
+        memcpy(e->data, rows, n * e->row_bytes);
+        if (state != NULL)
+            memcpy(e->state, state, n * sizeof(float));
+    }
+    free(rows);
+    free(state);
+    free(scratch);
+    return st;
+}
+
+shs_status_t shs_emb_load(shs_emb_t *e, const char *dir)
+{
+    if (e == NULL || dir == NULL)
+        return SHS_ERR_INVALID_ARG;
+    shs_status_t st = SHS_OK;
+    if (e->me >= 0 && e->shard_rows > 0)
+        st = load_shard(e, dir);
+    shs_status_t bs = shs_ctx_barrier(e->ctx);
+    return st != SHS_OK ? st : bs;
+}

@@ -1,0 +1,263 @@
+/*
+ * shadowsync: sharded embedding tables (model parallel).
+ *
+ * A table of `rows` rows of `dim` float32 values is split into shards, one
+ * per holder rank (every rank, or the ranks the program names: embedding
+ * servers). Rows map to shards row-wise modulo (row r on holder r % S) or
+ * in contiguous ranges. Each row starts from values drawn from (seed, row)
+ * alone, so the table is the same whatever the number of shards.
+ *
+ * Workers. A table is used through workers: shs_emb_create makes
+ * `workers` of them, each with its own endpoint (context.h), to hand one to
+ * each thread that looks rows up or sends gradients. Workers of one table
+ * share no lock; each worker is driven by one thread at a time.
+ *
+ * Lookup. shs_emb_lookup(worker, ids, n, out) packs the rows of n ids into
+ * out (n x dim floats, in the order of ids). Repeated ids are fetched once;
+ * rows of this rank's shard are copied; rows of other holders come either
+ *   - READ path: one-sided RDMA READs straight out of the holder's shard
+ *     (adjacent rows in one READ, many in flight), no holder CPU; or
+ *   - owner path: the worker writes the ids to the holder's inbox and the
+ *     holder's apply thread writes the packed rows back (two messages per
+ *     holder per batch; holder CPU spent). On a device that moves few
+ *     messages per second (Soft-RoCE) this wins for many rows per holder.
+ * The path is a per-table parameter (SHS_EMB_PATH_AUTO picks per call from
+ * the rows each holder is asked for, see docs/design.md).
+ * shs_emb_lookup_start / shs_emb_lookup_wait split the call so that a
+ * worker overlaps the next batch's lookup with its compute.
+ *
+ * Update. shs_emb_update(worker, ids, n, grads) sums the gradient rows of
+ * repeated ids, packs them per holder and writes them into the holder's
+ * inbox; the holder's apply thread applies each update once, with the
+ * table's optimizer (SGD, or row-wise Adagrad as FBGEMM's), Hogwild on the
+ * rows. Every update of a row goes through its holder's apply thread, this
+ * rank's own rows included, so updates of one row never race each other.
+ * A worker has at most SHS_EMB_SLOTS updates in flight per holder: past
+ * that, update waits for the holder (back-pressure, never a drop), bounded
+ * by the op timeout.
+ *
+ * Consistency. A lookup returns each row as its holder's memory had it at
+ * some moment during the call: updates still in flight (sent, not applied)
+ * are not in it, and a row being applied while it is read may mix old and
+ * new values (Hogwild). Behind by at most the updates in flight: per worker
+ * and holder SHS_EMB_SLOTS batches. shs_emb_flush(worker) returns once
+ * every update this worker sent has been applied; after every worker's
+ * flush and a barrier, lookups see every update.
+ *
+ * Failures. A holder that dies makes lookups and updates of its rows fail
+ * with SHS_ERR_PEER_FAILED (within the op timeout, never a hang); the rest
+ * of the table keeps working and the stats count the failures. Its rows
+ * come back only by loading a save (shs_emb_load) into a new job.
+ *
+ * Bad input (an id >= rows, a NULL buffer, a batch above max_batch) is
+ * refused with SHS_ERR_INVALID_ARG before anything is sent or changed.
+ */
+#ifndef SHADOWSYNC_EMBEDDING_H
+#define SHADOWSYNC_EMBEDDING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <shadowsync/context.h>
+#include <shadowsync/defs.h>
+#include <shadowsync/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct shs_emb shs_emb_t;
+typedef struct shs_emb_worker shs_emb_worker_t;
+
+typedef enum shs_emb_map {
+    SHS_EMB_MAP_MODULO = 0, /* row r on holder r % S (default) */
+    SHS_EMB_MAP_RANGE = 1   /* contiguous ranges of rows / S (+1) rows */
+} shs_emb_map_t;
+
+typedef enum shs_emb_optimizer {
+    SHS_EMB_OPT_SGD = 0,     /* w -= lr * g (default) */
+    SHS_EMB_OPT_ADAGRAD = 1  /* row-wise: s += mean(g^2); w -= lr * g / (sqrt(s) + eps) */
+} shs_emb_optimizer_t;
+
+typedef enum shs_emb_path {
+    SHS_EMB_PATH_AUTO = 0,  /* per call: owner path when a holder is asked for many rows */
+    SHS_EMB_PATH_READ = 1,  /* one-sided READs only */
+    SHS_EMB_PATH_OWNER = 2  /* the holder's thread packs and writes the rows */
+} shs_emb_path_t;
+
+/* Updates (and owner-path lookups) in flight per worker and holder. */
+#define SHS_EMB_SLOTS 4
+
+enum {
+    SHS_EMB_PARAM_MAP = 1u << 0,
+    SHS_EMB_PARAM_HOLDERS = 1u << 1,
+    SHS_EMB_PARAM_OPTIMIZER = 1u << 2,
+    SHS_EMB_PARAM_LR = 1u << 3,
+    SHS_EMB_PARAM_EPS = 1u << 4,
+    SHS_EMB_PARAM_INIT = 1u << 5,     /* init_scale and seed */
+    SHS_EMB_PARAM_MAX_BATCH = 1u << 6,
+    SHS_EMB_PARAM_WORKERS = 1u << 7,
+    SHS_EMB_PARAM_PATH = 1u << 8
+};
+
+typedef struct shs_emb_params {
+    uint64_t field_mask;   /* SHS_EMB_PARAM_*: which optional fields are set */
+    uint64_t rows;         /* required, >= 1 */
+    uint32_t dim;          /* required, 1..4096 */
+    shs_emb_map_t map;
+    const int *holders;    /* ascending ranks that hold shards (default: all) */
+    int nholders;
+    shs_emb_optimizer_t optimizer;
+    float lr;              /* default 0.01 */
+    float eps;             /* Adagrad's, default 1e-8 */
+    float init_scale;      /* rows start uniform in [-init_scale, init_scale); default 0.01 */
+    uint64_t seed;         /* default 0 */
+    uint32_t max_batch;    /* ids per lookup or update call, default 4096 */
+    int workers;           /* workers made at create, default 1, at most 64 */
+    shs_emb_path_t path;   /* default SHS_EMB_PATH_AUTO */
+} shs_emb_params_t;
+
+/*
+ * shs_emb_create - make a table. Collective: every rank of ctx calls it with
+ * the same rows, dim, map, holders, optimizer, max_batch and workers (a
+ * difference fails every rank with SHS_ERR_SIZE_MISMATCH, logged with the
+ * field), on the thread that drives ctx, while ctx is not lent. Holders
+ * allocate their shard in registered memory on the device's NUMA node
+ * (hugepages when SHS_HUGEPAGES allows) and start the apply thread. *emb_p
+ * is owned by the caller; shs_emb_destroy releases it.
+ *
+ * Status: SHS_OK; SHS_ERR_INVALID_ARG (NULL, rows 0, dim out of range,
+ * holders not ascending or out of range, workers out of range);
+ * SHS_ERR_SIZE_MISMATCH; SHS_ERR_NO_MEMORY; SHS_ERR_NO_RESOURCE;
+ * SHS_ERR_BAD_STATE (ctx is an endpoint or lent); peer and timeout
+ * statuses of the collective set-up.
+ */
+SHS_API shs_status_t shs_emb_create(shs_ctx_t *ctx, const shs_emb_params_t *params,
+                                    shs_emb_t **emb_p);
+
+/*
+ * shs_emb_destroy - stop the apply thread and release the table. Collective
+ * (it waits at a barrier so that no peer still writes into this rank's
+ * inboxes): every worker's thread must have returned from its last call.
+ * Updates not flushed are lost. NULL is ignored.
+ */
+SHS_API void shs_emb_destroy(shs_emb_t *emb);
+
+/* shs_emb_worker - worker i (0 .. workers-1) of the table, NULL when out of
+ * range. The handle lives as long as the table. Thread-safe. */
+SHS_API shs_emb_worker_t *shs_emb_worker(shs_emb_t *emb, int i);
+
+/*
+ * shs_emb_lookup - out[k * dim .. (k + 1) * dim) = row ids[k], k < n.
+ * out_len is out's length in floats (>= n * dim). n may be 0.
+ *
+ * Status: SHS_OK; SHS_ERR_INVALID_ARG (NULL, n > max_batch, out too
+ * small, an id >= rows: logged with its position; nothing is sent);
+ * SHS_ERR_BAD_STATE (a lookup started and not waited for);
+ * SHS_ERR_PEER_FAILED (a holder of some asked row failed; out is then
+ * partial); SHS_ERR_TIMEOUT.
+ */
+SHS_API shs_status_t shs_emb_lookup(shs_emb_worker_t *w, const uint64_t *ids, size_t n,
+                                    float *out, size_t out_len);
+
+/*
+ * shs_emb_lookup_start / shs_emb_lookup_wait - the lookup in two halves:
+ * start checks and plans the batch and posts its transfers; wait completes
+ * them and packs the rows into out. ids may change after start returns.
+ * One lookup at a time per worker; an update may be made between the two.
+ * Status: as shs_emb_lookup; wait without a start is SHS_ERR_BAD_STATE.
+ */
+SHS_API shs_status_t shs_emb_lookup_start(shs_emb_worker_t *w, const uint64_t *ids, size_t n);
+SHS_API shs_status_t shs_emb_lookup_wait(shs_emb_worker_t *w, float *out, size_t out_len);
+
+/*
+ * shs_emb_lookup_pooled - EmbeddingBag-style: bag b is ids [offsets[b],
+ * offsets[b + 1]); out[b * dim ..] = the sum of its rows (mean != 0: their
+ * mean; an empty bag gives zeros). offsets has nbags + 1 ascending entries,
+ * offsets[0] = 0 and offsets[nbags] = n <= max_batch. Status: as lookup.
+ */
+SHS_API shs_status_t shs_emb_lookup_pooled(shs_emb_worker_t *w, const uint64_t *ids,
+                                           const uint32_t *offsets, size_t nbags, int mean,
+                                           float *out, size_t out_len);
+
+/*
+ * shs_emb_update - send the gradient rows grads[k * dim ..] of ids[k], k < n,
+ * to the holders, to be applied with the table's optimizer. Returns once the
+ * update is handed to the device (grads may be reused), not once applied.
+ *
+ * Status: SHS_OK; SHS_ERR_INVALID_ARG (as lookup; nothing is sent to any
+ * holder); SHS_ERR_PEER_FAILED (a holder of some row failed: the other
+ * holders' parts were sent); SHS_ERR_TIMEOUT (a holder applied nothing for
+ * the op timeout while this worker waited for a free slot).
+ */
+SHS_API shs_status_t shs_emb_update(shs_emb_worker_t *w, const uint64_t *ids, size_t n,
+                                    const float *grads);
+
+/*
+ * shs_emb_flush - wait until every update this worker sent has been applied
+ * by its holder. timeout_ms bounds the time without progress
+ * (SHS_TIMEOUT_DEFAULT: the op timeout).
+ * Status: SHS_OK; SHS_ERR_PEER_FAILED; SHS_ERR_TIMEOUT; SHS_ERR_INVALID_ARG.
+ */
+SHS_API shs_status_t shs_emb_flush(shs_emb_worker_t *w, int timeout_ms);
+
+typedef struct shs_emb_stats {
+    /* this rank's workers */
+    uint64_t lookups;          /* lookup calls */
+    uint64_t ids;              /* ids asked for */
+    uint64_t dup_ids;          /* ids saved because repeated in a batch */
+    uint64_t rows_local;       /* distinct rows copied from this rank's shard */
+    uint64_t rows_read;        /* distinct rows fetched by READ */
+    uint64_t rows_owner;       /* distinct rows written back by holders */
+    uint64_t reads;            /* READ operations (adjacent rows share one) */
+    uint64_t bytes_fetched;    /* row bytes from other holders */
+    uint64_t updates;          /* update calls */
+    uint64_t update_rows;      /* distinct rows sent in updates */
+    uint64_t slot_waits;       /* times a worker waited for a holder's free slot */
+    double slot_wait_ms;       /* time spent so */
+    uint64_t peer_failures;    /* calls failed by a dead holder */
+    /* this rank's apply thread (holders) */
+    uint64_t applied_batches;  /* update messages applied */
+    uint64_t applied_rows;
+    uint64_t served_lookups;   /* owner-path requests answered */
+    uint64_t served_rows;
+    uint64_t apply_lag_max;    /* most update messages seen waiting at once */
+    double apply_busy_ms;      /* time the apply thread spent applying and serving */
+    /* memory of this rank */
+    uint64_t shard_rows;       /* rows held here (0 for a non-holder) */
+    uint64_t shard_bytes;      /* registered bytes of the shard */
+    uint64_t state_bytes;      /* Adagrad's per-row state */
+    uint64_t registered_bytes; /* every registered byte of the table (shard, inboxes, buffers) */
+} shs_emb_stats_t;
+
+/* shs_emb_stats - a snapshot of this rank's counters; thread-safe (relaxed
+ * reads: the figures of one snapshot need not be of one instant). */
+SHS_API shs_status_t shs_emb_stats(const shs_emb_t *emb, shs_emb_stats_t *stats_p);
+
+/*
+ * shs_emb_save - write the shards to directory dir (it must exist, shared by
+ * the holders when they are on several hosts): one file per shard,
+ * shard-<s>-of-<S>.emb, with rows, dim, mapping and the Adagrad state.
+ * Collective; call it after every worker's flush (updates in flight are not
+ * in the save). Each rank returns its own status, after a barrier.
+ * Status: SHS_OK; SHS_ERR_IO (logged with the path); SHS_ERR_INVALID_ARG.
+ */
+SHS_API shs_status_t shs_emb_save(shs_emb_t *emb, const char *dir);
+
+/*
+ * shs_emb_load - replace the table's rows (and Adagrad state) with a save
+ * made by a job with any number of holders and either mapping, of the same
+ * rows and dim. Collective; no worker may be in a call. A holder reads the
+ * save into a staging copy first, so on an error its shard is unchanged.
+ * Each rank returns its own status, after a barrier.
+ * Status: SHS_OK; SHS_ERR_IO; SHS_ERR_SIZE_MISMATCH (other rows or dim);
+ * SHS_ERR_PROTOCOL (not a save, or mixed saves); SHS_ERR_UNSUPPORTED
+ * (Adagrad state wanted, the save has none); SHS_ERR_NO_MEMORY.
+ */
+SHS_API shs_status_t shs_emb_load(shs_emb_t *emb, const char *dir);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

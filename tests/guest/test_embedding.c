@@ -1,0 +1,575 @@
+/*
+ * Guest integration test of the sharded embedding tables, N ranks under
+ * tools/shs-launch:
+ *
+ *   shs_test_embedding CASE
+ *
+ *   rows     every lookup returns the reference rows (initialization by row
+ *            id) for uniform and repeated ids across shards: every path
+ *            (READ, owner, auto), both mappings, all ranks or a subset as
+ *            holders, plain, started/waited and pooled lookups
+ *   update   4 ranks x 2 worker threads send known SGD updates while they
+ *            look up: after every flush the table equals the reference
+ *            exactly (each update applied once: no loss, no duplicate)
+ *   shadow   lookups and updates on two worker threads while the shadow
+ *            thread syncs a dense model: rows exact, replicas equal after
+ *            finish
+ *   kill     rank 2 is killed: lookups and updates of its rows fail with
+ *            SHS_ERR_PEER_FAILED within the op timeout, the rest of the
+ *            table keeps working, the stats count the failures
+ *   bad      bad input refused with nothing sent; ranks that disagree on
+ *            the table fail every rank
+ *   save     save, then load into 2 holders with the other mapping: the
+ *            same rows
+ *
+ * Exit status: 0 pass, 1 fail, 77 no RDMA device.
+ */
+#include <dirent.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <shadowsync/shadowsync.h>
+
+#include "algorithms/embedding/plan.h"
+
+#define RC_OK 0
+#define RC_FAIL 1
+#define RC_SKIP 77
+#define ROWS 10007
+#define DIM 16
+#define BATCH 512
+#define SEED 42
+
+static int g_rank = -1;
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fail(const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "FAIL rank %d: ", g_rank);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(RC_FAIL);
+}
+
+#define CHECK_EQ(expr, want)                                                          \
+    do {                                                                              \
+        shs_status_t st_ = (expr);                                                    \
+        if (st_ != (want))                                                            \
+            fail("%s:%d: %s -> %s, expected %s", __FILE__, __LINE__, #expr,           \
+                 shs_status_string(st_), shs_status_string(want));                    \
+    } while (0)
+#define CHECK_OK(expr) CHECK_EQ(expr, SHS_OK)
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 17;
+}
+
+static shs_emb_params_t params(shs_emb_map_t map, shs_emb_path_t path, int workers)
+{
+    shs_emb_params_t p;
+    memset(&p, 0, sizeof(p));
+    p.field_mask = SHS_EMB_PARAM_MAP | SHS_EMB_PARAM_PATH | SHS_EMB_PARAM_WORKERS |
+                   SHS_EMB_PARAM_INIT | SHS_EMB_PARAM_MAX_BATCH;
+    p.rows = ROWS;
+    p.dim = DIM;
+    p.map = map;
+    p.path = path;
+    p.workers = workers;
+    p.init_scale = 0.5f;
+    p.seed = SEED;
+    p.max_batch = BATCH;
+    return p;
+}
+
+/* out must hold row ids[k] as initialized (scale: the table's init_scale),
+ * shifted by `delta` (per row). */
+static void expect_scaled(const uint64_t *ids, size_t n, const float *out, float scale,
+                          const float *delta, const char *what)
+{
+    float want[DIM];
+    for (size_t k = 0; k < n; k++) {
+        shs__emb_init_row(SEED, ids[k], scale, want, DIM);
+        for (int j = 0; j < DIM; j++) {
+            float w = want[j] + (delta != NULL ? delta[ids[k] * DIM + (size_t)j] : 0.0f);
+            if (out[k * DIM + (size_t)j] != w)
+                fail("%s: id %llu (position %zu) col %d is %g, expected %g", what,
+                     (unsigned long long)ids[k], k, j, (double)out[k * DIM + (size_t)j],
+                     (double)w);
+        }
+    }
+}
+
+static void expect_rows(const uint64_t *ids, size_t n, const float *out, const float *delta,
+                        const char *what)
+{
+    expect_scaled(ids, n, out, 0.5f, delta, what);
+}
+
+static void batch_of(uint64_t *ids, size_t n, uint64_t *seed, bool repeats)
+{
+    for (size_t k = 0; k < n; k++)
+        ids[k] = repeats ? rng_next(seed) % 97 * 103 % ROWS : rng_next(seed) % ROWS;
+}
+
+/* ------------------------------------------------------------------ rows */
+
+static void check_table(shs_ctx_t *ctx, shs_emb_params_t p, const char *what)
+{
+    static uint64_t ids[BATCH];
+    static float out[BATCH * DIM];
+    shs_emb_t *emb;
+    uint64_t seed = 7 + (uint64_t)g_rank;
+    CHECK_OK(shs_emb_create(ctx, &p, &emb));
+    shs_emb_worker_t *w = shs_emb_worker(emb, 0);
+    for (int b = 0; b < 12; b++) {
+        size_t n = b == 0 ? 1 : b == 1 ? BATCH : 1 + rng_next(&seed) % BATCH;
+        batch_of(ids, n, &seed, b % 2 == 1);
+        if (b % 3 == 2) {
+            CHECK_OK(shs_emb_lookup_start(w, ids, n));
+            CHECK_OK(shs_emb_lookup_wait(w, out, sizeof(out) / sizeof(out[0])));
+        } else {
+            CHECK_OK(shs_emb_lookup(w, ids, n, out, sizeof(out) / sizeof(out[0])));
+        }
+        expect_rows(ids, n, out, NULL, what);
+    }
+    /* pooled: bags of 0..5 ids, sum and mean */
+    uint32_t offsets[65];
+    float pooled[64 * DIM], row[DIM];
+    offsets[0] = 0;
+    for (int b = 0; b < 64; b++)
+        offsets[b + 1] = offsets[b] + (uint32_t)(b % 6);
+    batch_of(ids, offsets[64], &seed, true);
+    for (int mean = 0; mean < 2; mean++) {
+        CHECK_OK(shs_emb_lookup_pooled(w, ids, offsets, 64, mean, pooled, 64 * DIM));
+        for (int b = 0; b < 64; b++) {
+            for (int j = 0; j < DIM; j++) {
+                float s = 0.0f;
+                for (uint32_t k = offsets[b]; k < offsets[b + 1]; k++) {
+                    shs__emb_init_row(SEED, ids[k], 0.5f, row, DIM);
+                    s += row[j];
+                }
+                uint32_t cnt = offsets[b + 1] - offsets[b];
+                if (mean && cnt > 1)
+                    s *= 1.0f / (float)cnt;
+                if (fabsf(pooled[b * DIM + j] - s) > 1e-5f)
+                    fail("%s: pooled bag %d col %d is %g, expected %g", what, b, j,
+                         (double)pooled[b * DIM + j], (double)s);
+            }
+        }
+    }
+    shs_emb_stats_t s;
+    CHECK_OK(shs_emb_stats(emb, &s));
+    if (s.lookups != 14 || s.dup_ids == 0 || s.rows_local == 0 ||
+        (p.path == SHS_EMB_PATH_READ && (s.rows_read == 0 || s.rows_owner != 0)) ||
+        (p.path == SHS_EMB_PATH_OWNER && (s.rows_owner == 0 || s.rows_read != 0)))
+        fail("%s: stats lookups %llu dup %llu local %llu read %llu owner %llu", what,
+             (unsigned long long)s.lookups, (unsigned long long)s.dup_ids,
+             (unsigned long long)s.rows_local, (unsigned long long)s.rows_read,
+             (unsigned long long)s.rows_owner);
+    shs_emb_destroy(emb);
+}
+
+static void case_rows(shs_ctx_t *ctx)
+{
+    static const int subset[] = {1, 3};
+    check_table(ctx, params(SHS_EMB_MAP_MODULO, SHS_EMB_PATH_READ, 1), "modulo/read");
+    check_table(ctx, params(SHS_EMB_MAP_RANGE, SHS_EMB_PATH_OWNER, 1), "range/owner");
+    check_table(ctx, params(SHS_EMB_MAP_MODULO, SHS_EMB_PATH_AUTO, 1), "modulo/auto");
+    shs_emb_params_t p = params(SHS_EMB_MAP_RANGE, SHS_EMB_PATH_AUTO, 1);
+    p.field_mask |= SHS_EMB_PARAM_HOLDERS;
+    p.holders = subset;
+    p.nholders = 2;
+    if (g_rank == 1 || g_rank == 3) {
+        check_table(ctx, p, "holders 1 3");
+    } else { /* a non-holder copies nothing of its own */
+        shs_emb_t *emb;
+        static uint64_t ids[BATCH];
+        static float out[BATCH * DIM];
+        uint64_t seed = 99;
+        CHECK_OK(shs_emb_create(ctx, &p, &emb));
+        batch_of(ids, BATCH, &seed, false);
+        CHECK_OK(shs_emb_lookup(shs_emb_worker(emb, 0), ids, BATCH, out, BATCH * DIM));
+        expect_rows(ids, BATCH, out, NULL, "non-holder");
+        shs_emb_stats_t s;
+        CHECK_OK(shs_emb_stats(emb, &s));
+        if (s.rows_local != 0 || s.shard_rows != 0 || s.shard_bytes != 0)
+            fail("non-holder: %llu local rows, shard of %llu rows",
+                 (unsigned long long)s.rows_local, (unsigned long long)s.shard_rows);
+        shs_emb_destroy(emb);
+    }
+}
+
+/* ---------------------------------------------------------------- update */
+
+#define UPD_ROUNDS 30
+#define UPD_N 64
+#define LR 0.5f
+
+/* The gradient rank r's worker t sends in round k for position i: ids and
+ * values any rank can recompute; multiples of 1/64, so that every sum in
+ * any order is exact in float. */
+static void update_batch(int r, int t, int k, uint64_t *ids, float *g)
+{
+    uint64_t seed = (uint64_t)(r * 1000 + t * 100 + k + 1);
+    for (int i = 0; i < UPD_N; i++) {
+        ids[i] = rng_next(&seed) % 300; /* a hot set: every rank hits every row */
+        for (int j = 0; j < DIM; j++)
+            g[i * DIM + j] = (float)((int)(rng_next(&seed) % 17) - 8) / 64.0f;
+    }
+}
+
+typedef struct upd_job {
+    shs_emb_worker_t *w;
+    int rank, t, n;
+    shs_status_t st;
+} upd_job_t;
+
+static void *upd_worker(void *arg)
+{
+    upd_job_t *j = arg;
+    static _Thread_local uint64_t ids[UPD_N];
+    static _Thread_local float g[UPD_N * DIM], out[UPD_N * DIM];
+    for (int k = 0; k < UPD_ROUNDS && j->st == SHS_OK; k++) {
+        update_batch(j->rank, j->t, k, ids, g);
+        j->st = shs_emb_update(j->w, ids, UPD_N, g);
+        if (j->st == SHS_OK) /* and look up meanwhile: Hogwild, not checked */
+            j->st = shs_emb_lookup(j->w, ids, UPD_N, out, UPD_N * DIM);
+    }
+    if (j->st == SHS_OK)
+        j->st = shs_emb_flush(j->w, SHS_TIMEOUT_DEFAULT);
+    return NULL;
+}
+
+/* delta[row] = -LR * every gradient every rank's every worker sent */
+static float *reference_delta(int n, int workers)
+{
+    float *delta = calloc((size_t)ROWS * DIM, sizeof(float));
+    uint64_t ids[UPD_N];
+    float g[UPD_N * DIM];
+    if (delta == NULL)
+        fail("calloc");
+    for (int r = 0; r < n; r++)
+        for (int t = 0; t < workers; t++)
+            for (int k = 0; k < UPD_ROUNDS; k++) {
+                update_batch(r, t, k, ids, g);
+                for (int i = 0; i < UPD_N; i++)
+                    for (int j = 0; j < DIM; j++)
+                        delta[ids[i] * DIM + (size_t)j] -= LR * g[i * DIM + j];
+            }
+    return delta;
+}
+
+static void run_updates(shs_emb_t *emb, int workers)
+{
+    upd_job_t job[2];
+    pthread_t th[2];
+    for (int t = 0; t < workers; t++) {
+        job[t] = (upd_job_t){.w = shs_emb_worker(emb, t), .rank = g_rank, .t = t,
+                             .st = SHS_OK};
+        if (pthread_create(&th[t], NULL, upd_worker, &job[t]) != 0)
+            fail("pthread_create");
+    }
+    for (int t = 0; t < workers; t++) {
+        pthread_join(th[t], NULL);
+        if (job[t].st != SHS_OK)
+            fail("worker %d: %s", t, shs_status_string(job[t].st));
+    }
+}
+
+/* Every row the hot set touches, and a few it does not, equal the
+ * reference delta exactly (the rows start at 0). */
+static void check_updated(shs_emb_t *emb, const float *delta, const char *what)
+{
+    static uint64_t ids[BATCH];
+    static float out[BATCH * DIM];
+    for (uint64_t base = 0; base < 300 + BATCH; base += BATCH) {
+        for (size_t k = 0; k < BATCH; k++)
+            ids[k] = (base + k) % ROWS;
+        CHECK_OK(shs_emb_lookup(shs_emb_worker(emb, 0), ids, BATCH, out, BATCH * DIM));
+        expect_scaled(ids, BATCH, out, 0.0f, delta, what);
+    }
+}
+
+static shs_emb_params_t update_params(shs_emb_path_t path)
+{
+    shs_emb_params_t p = params(SHS_EMB_MAP_MODULO, path, 2);
+    p.field_mask |= SHS_EMB_PARAM_LR;
+    p.lr = LR;
+    p.init_scale = 0.0f; /* rows start at 0: every sum of the updates is exact */
+    return p;
+}
+
+static void case_update(shs_ctx_t *ctx)
+{
+    int n = shs_ctx_size(ctx);
+    float *delta = reference_delta(n, 2);
+    for (int path = SHS_EMB_PATH_READ; path <= SHS_EMB_PATH_OWNER; path++) {
+        shs_emb_t *emb;
+        shs_emb_params_t p = update_params((shs_emb_path_t)path);
+        CHECK_OK(shs_emb_create(ctx, &p, &emb));
+        run_updates(emb, 2);
+        CHECK_OK(shs_ctx_barrier(ctx)); /* every rank's workers flushed */
+        check_updated(emb, delta, path == SHS_EMB_PATH_READ ? "updated/read" : "updated/owner");
+        shs_emb_stats_t s;
+        CHECK_OK(shs_emb_stats(emb, &s));
+        if (s.updates != 2 * UPD_ROUNDS || s.applied_batches == 0 || s.peer_failures != 0)
+            fail("stats: updates %llu applied batches %llu failures %llu",
+                 (unsigned long long)s.updates, (unsigned long long)s.applied_batches,
+                 (unsigned long long)s.peer_failures);
+        shs_emb_destroy(emb);
+    }
+    free(delta);
+}
+
+/* ---------------------------------------------------------------- shadow */
+
+static void case_shadow(shs_ctx_t *ctx)
+{
+    enum { MODEL = 4096 };
+    int n = shs_ctx_size(ctx);
+    shs_region_t *model;
+    shs_shadow_t *sh;
+    shs_emb_t *emb;
+    shs_emb_params_t p = update_params(SHS_EMB_PATH_AUTO);
+    float *delta = reference_delta(n, 2);
+
+    CHECK_OK(shs_emb_create(ctx, &p, &emb));
+    CHECK_OK(shs_region_alloc(ctx, MODEL * sizeof(float),
+                              SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_READ |
+                                  SHS_ACCESS_REMOTE_WRITE,
+                              &model));
+    float *m = shs_region_addr(model);
+    for (int i = 0; i < MODEL; i++)
+        m[i] = (float)(g_rank * MODEL + i);
+    CHECK_OK(shs_shadow_create(ctx, model, 0, MODEL, NULL, &sh));
+    CHECK_OK(shs_shadow_start(sh));
+    run_updates(emb, 2); /* the workers' endpoints beside the lent context */
+    CHECK_OK(shs_shadow_stop(sh));
+    CHECK_OK(shs_shadow_finish(sh));
+    for (int i = 0; i < MODEL; i++) { /* the mean of rank*MODEL + i over the ranks */
+        float want = (float)((n - 1) * MODEL) / 2.0f + (float)i;
+        if (fabsf(m[i] - want) > 1e-3f * fabsf(want) + 1e-3f)
+            fail("model[%d] = %g after finish, expected %g", i, (double)m[i], (double)want);
+    }
+    CHECK_OK(shs_ctx_barrier(ctx));
+    check_updated(emb, delta, "with the shadow thread");
+    shs_shadow_destroy(sh);
+    shs_region_destroy(model);
+    shs_emb_destroy(emb);
+    free(delta);
+}
+
+/* ------------------------------------------------------------------ kill */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void case_kill(shs_ctx_t *ctx)
+{
+    enum { VICTIM = 2 };
+    static uint64_t ids[BATCH];
+    static float out[BATCH * DIM], g[BATCH * DIM];
+    shs_emb_t *emb;
+    shs_emb_params_t p = params(SHS_EMB_MAP_MODULO, SHS_EMB_PATH_AUTO, 1);
+    int n = shs_ctx_size(ctx);
+    CHECK_OK(shs_emb_create(ctx, &p, &emb));
+    CHECK_OK(shs_ctx_barrier(ctx));
+    if (g_rank == VICTIM)
+        raise(SIGKILL);
+    usleep(300 * 1000);
+    shs_emb_worker_t *w = shs_emb_worker(emb, 0);
+
+    /* rows of the victim (id % n == VICTIM): refused within the bound */
+    for (size_t k = 0; k < 8; k++)
+        ids[k] = (uint64_t)(VICTIM + (int)k * n);
+    double t0 = now_s();
+    shs_status_t st = shs_emb_lookup(w, ids, 8, out, BATCH * DIM);
+    if (st != SHS_ERR_PEER_FAILED && st != SHS_ERR_TIMEOUT)
+        fail("lookup of the dead holder's rows: %s", shs_status_string(st));
+    if (now_s() - t0 > 60.0)
+        fail("the dead holder's lookup took %.0f s", now_s() - t0);
+    CHECK_EQ(shs_emb_lookup(w, ids, 8, out, BATCH * DIM), SHS_ERR_PEER_FAILED);
+    memset(g, 0, sizeof(g));
+    CHECK_EQ(shs_emb_update(w, ids, 8, g), SHS_ERR_PEER_FAILED);
+
+    /* everybody else's rows still work, updates included */
+    size_t m = 0;
+    for (uint64_t r = 0; m < BATCH; r++)
+        if ((int)(r % (uint64_t)n) != VICTIM)
+            ids[m++] = r;
+    CHECK_OK(shs_emb_update(w, ids, BATCH, g));
+    CHECK_OK(shs_emb_flush(w, SHS_TIMEOUT_DEFAULT));
+    CHECK_OK(shs_emb_lookup(w, ids, BATCH, out, BATCH * DIM));
+    expect_rows(ids, BATCH, out, NULL, "survivor rows");
+    shs_emb_stats_t s;
+    CHECK_OK(shs_emb_stats(emb, &s));
+    if (s.peer_failures < 2)
+        fail("stats count %llu peer failures", (unsigned long long)s.peer_failures);
+    printf("rank %d: dead holder refused in %.1f s; the rest works\n", g_rank, now_s() - t0);
+    fflush(stdout);
+    _exit(RC_OK); /* no collective teardown with a dead rank */
+}
+
+/* ------------------------------------------------------------------- bad */
+
+static void case_bad(shs_ctx_t *ctx)
+{
+    static uint64_t ids[BATCH + 1];
+    static float out[(BATCH + 1) * DIM];
+    shs_emb_t *emb;
+    shs_emb_params_t p = params(SHS_EMB_MAP_MODULO, SHS_EMB_PATH_AUTO, 1);
+    CHECK_OK(shs_emb_create(ctx, &p, &emb));
+    shs_emb_worker_t *w = shs_emb_worker(emb, 0);
+    for (int k = 0; k <= BATCH; k++)
+        ids[k] = (uint64_t)k;
+    ids[5] = ROWS; /* out of range */
+    CHECK_EQ(shs_emb_lookup(w, ids, 8, out, BATCH * DIM), SHS_ERR_INVALID_ARG);
+    CHECK_EQ(shs_emb_update(w, ids, 8, out), SHS_ERR_INVALID_ARG);
+    ids[5] = 5;
+    CHECK_EQ(shs_emb_lookup(w, ids, BATCH + 1, out, (BATCH + 1) * DIM), SHS_ERR_INVALID_ARG);
+    CHECK_EQ(shs_emb_lookup(w, ids, 8, out, 8 * DIM - 1), SHS_ERR_INVALID_ARG);
+    CHECK_EQ(shs_emb_lookup(w, NULL, 8, out, BATCH * DIM), SHS_ERR_INVALID_ARG);
+    CHECK_EQ(shs_emb_lookup_wait(w, out, BATCH * DIM), SHS_ERR_BAD_STATE);
+    CHECK_OK(shs_emb_lookup_start(w, ids, 8));
+    CHECK_EQ(shs_emb_lookup_start(w, ids, 8), SHS_ERR_BAD_STATE);
+    CHECK_OK(shs_emb_lookup_wait(w, out, BATCH * DIM));
+    if (shs_emb_worker(emb, 1) != NULL || shs_emb_worker(emb, -1) != NULL)
+        fail("a worker out of range");
+    shs_emb_stats_t s;
+    CHECK_OK(shs_emb_stats(emb, &s));
+    if (s.lookups != 1 || s.updates != 0 || s.bytes_fetched > 8 * DIM * sizeof(float))
+        fail("refused calls sent something: lookups %llu updates %llu bytes %llu",
+             (unsigned long long)s.lookups, (unsigned long long)s.updates,
+             (unsigned long long)s.bytes_fetched);
+    shs_emb_destroy(emb);
+
+    /* the last rank asks for another dim: every rank fails */
+    p.dim = g_rank == shs_ctx_size(ctx) - 1 ? DIM + 1 : DIM;
+    CHECK_EQ(shs_emb_create(ctx, &p, &emb), SHS_ERR_SIZE_MISMATCH);
+    /* the last rank gives rows 0: it is refused, the others hear of it */
+    p.dim = DIM;
+    p.rows = g_rank == shs_ctx_size(ctx) - 1 ? 0 : ROWS;
+    shs_status_t st = shs_emb_create(ctx, &p, &emb);
+    if (st != (g_rank == shs_ctx_size(ctx) - 1 ? SHS_ERR_INVALID_ARG : SHS_ERR_PEER_FAILED))
+        fail("create with a bad rank: %s", shs_status_string(st));
+}
+
+/* ------------------------------------------------------------------ save */
+
+static void case_save(shs_ctx_t *ctx)
+{
+    static const int two[] = {0, 1};
+    static uint64_t ids[BATCH];
+    static float before[BATCH * DIM], after[BATCH * DIM];
+    int n = shs_ctx_size(ctx);
+    shs_emb_t *a, *b;
+    shs_emb_params_t pa = update_params(SHS_EMB_PATH_AUTO);
+    pa.field_mask |= SHS_EMB_PARAM_OPTIMIZER;
+    pa.optimizer = SHS_EMB_OPT_ADAGRAD;
+    CHECK_OK(shs_emb_create(ctx, &pa, &a));
+    run_updates(a, 2);
+    CHECK_OK(shs_ctx_barrier(ctx));
+    const char *dir = "/tmp/shs-emb-save-test";
+    if (g_rank == 0 && system("rm -rf /tmp/shs-emb-save-test && mkdir -p /tmp/shs-emb-save-test") != 0)
+        fail("mkdir %s", dir);
+    CHECK_OK(shs_ctx_barrier(ctx));
+    CHECK_OK(shs_emb_save(a, dir));
+
+    shs_emb_params_t pb = pa;
+    pb.map = SHS_EMB_MAP_RANGE;
+    pb.field_mask |= SHS_EMB_PARAM_HOLDERS;
+    pb.holders = two;
+    pb.nholders = 2;
+    CHECK_OK(shs_emb_create(ctx, &pb, &b));
+    CHECK_OK(shs_emb_load(b, dir));
+    for (uint64_t base = 0; base < ROWS; base += BATCH) {
+        size_t m = ROWS - base < BATCH ? ROWS - base : BATCH;
+        for (size_t k = 0; k < m; k++)
+            ids[k] = base + k;
+        CHECK_OK(shs_emb_lookup(shs_emb_worker(a, 0), ids, m, before, BATCH * DIM));
+        CHECK_OK(shs_emb_lookup(shs_emb_worker(b, 0), ids, m, after, BATCH * DIM));
+        if (memcmp(before, after, m * DIM * sizeof(float)) != 0)
+            fail("rows %llu..%llu differ after the load into 2 holders",
+                 (unsigned long long)base, (unsigned long long)(base + m - 1));
+    }
+    /* a save of another dim is refused and leaves the shard as it was */
+    shs_emb_params_t pc = pb;
+    pc.dim = DIM / 2;
+    shs_emb_t *c;
+    CHECK_OK(shs_emb_create(ctx, &pc, &c));
+    shs_status_t st = shs_emb_load(c, dir);
+    if (st != (g_rank < 2 ? SHS_ERR_SIZE_MISMATCH : SHS_OK))
+        fail("load of another dim: %s", shs_status_string(st));
+    shs_emb_destroy(c);
+    shs_emb_destroy(b);
+    shs_emb_destroy(a);
+    (void)n;
+}
+
+/* ------------------------------------------------------------------ main */
+
+static bool have_rdma_device(void)
+{
+    DIR *d = opendir("/sys/class/infiniband");
+    bool found = false;
+    if (d == NULL)
+        return false;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        if (e->d_name[0] != '.')
+            found = true;
+    closedir(d);
+    return found;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s rows|update|shadow|kill|bad|save\n", argv[0]);
+        return RC_FAIL;
+    }
+    if (!have_rdma_device()) {
+        fprintf(stderr, "no RDMA device: skipped\n");
+        return RC_SKIP;
+    }
+    shs_ctx_t *ctx;
+    shs_status_t st = shs_ctx_create(NULL, &ctx);
+    if (st != SHS_OK)
+        fail("shs_ctx_create: %s", shs_status_string(st));
+    g_rank = shs_ctx_rank(ctx);
+    if (strcmp(argv[1], "rows") == 0)
+        case_rows(ctx);
+    else if (strcmp(argv[1], "update") == 0)
+        case_update(ctx);
+    else if (strcmp(argv[1], "shadow") == 0)
+        case_shadow(ctx);
+    else if (strcmp(argv[1], "kill") == 0)
+        case_kill(ctx);
+    else if (strcmp(argv[1], "bad") == 0)
+        case_bad(ctx);
+    else if (strcmp(argv[1], "save") == 0)
+        case_save(ctx);
+    else
+        fail("unknown case %s", argv[1]);
+    CHECK_OK(shs_ctx_barrier(ctx));
+    shs_ctx_destroy(ctx);
+    printf("rank %d: %s passed\n", g_rank, argv[1]);
+    return RC_OK;
+}
