@@ -13,11 +13,12 @@ PKGS=(
     valgrind clang libclang-rt-14-dev
     qemu-system-x86 busybox-static cpio kmod
 )
-# --compare: also the peers of the side-by-side allreduce comparison
-# (tools/allreduce-compare): Gloo with its ibverbs transport, Open MPI, and a
-# C++ compiler for the Gloo driver. The library, its tests and CI never need them.
+# --compare: also the peers of the side-by-side comparisons: Gloo with its
+# ibverbs transport, Open MPI and a C++ compiler for the Gloo driver
+# (tools/allreduce-compare), Redis and hiredis (tools/emb-compare). The
+# library, its tests and CI never need them.
 if [ "${1:-}" = "--compare" ]; then
-    PKGS+=(g++ libgloo-dev openmpi-bin libopenmpi-dev)
+    PKGS+=(g++ libgloo-dev openmpi-bin libopenmpi-dev redis-server libhiredis-dev)
 fi
 
 missing=()

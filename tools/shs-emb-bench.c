@@ -26,6 +26,8 @@
 
 #include <shadowsync/shadowsync.h>
 
+#include "idgen.h"
+
 #define MAX_LIST 16
 #define MAX_WORKERS 16
 
@@ -60,14 +62,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint64_t rng(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
 }
 
 static void usage(FILE *f)
@@ -148,23 +142,6 @@ static int parse(int argc, char **argv, opts_t *o)
     return 0;
 }
 
-/* Zipf(s) over ranks 1..K by inversion of the continuous approximation
- * of its CDF, then scattered over the table by a multiplicative hash, so
- * that the hot rows fall on every shard. */
-static uint64_t draw(const opts_t *o, uint64_t *s)
-{
-    double u = (double)(rng(s) >> 11) * (1.0 / 9007199254740992.0);
-    if (!o->zipf)
-        return (uint64_t)(u * (double)o->rows);
-    double k = (double)o->rows, a = 1.0 - o->zipf_s, r;
-    if (fabs(a) < 1e-9)
-        r = exp(u * log(k + 1.0)) - 1.0;
-    else
-        r = pow(u * (pow(k + 1.0, a) - 1.0) + 1.0, 1.0 / a) - 1.0;
-    uint64_t rank = r < 0.0 ? 0 : (uint64_t)r >= o->rows ? o->rows - 1 : (uint64_t)r;
-    return (rank * 0x9e3779b97f4a7c15ull) % o->rows;
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -204,9 +181,10 @@ static int prepare(job_t *j, const opts_t *o, int rank, int t)
     j->lat_us = malloc((size_t)o->iters * sizeof(double));
     if (j->ids == NULL || j->out == NULL || j->grads == NULL || j->lat_us == NULL)
         return -1;
-    uint64_t s = o->seed * 1000003u + (uint64_t)rank * 131u + (uint64_t)t + 1;
+    idgen_t g;
+    idgen_init(&g, o->rows, o->zipf, o->zipf_s, idgen_seed(o->seed, rank, t));
     for (size_t i = 0; i < n; i++)
-        j->ids[i] = draw(o, &s);
+        j->ids[i] = idgen_next(&g);
     for (size_t i = 0; i < (size_t)j->batch * j->dim; i++)
         j->grads[i] = 1e-4f;
     return 0;
@@ -287,10 +265,10 @@ static int one_config(shs_ctx_t *ctx, shs_coll_t *coll, const opts_t *o, uint32_
         distinct = s.update_rows;
     double calls = (double)o->iters * o->workers;
     /* per rank: calls/s and ids/s of its workers, over the slowest worker's time */
-    double v[6] = {calls / secs, calls * batch / secs, (double)distinct,
+    double v[8] = {calls / secs, calls * batch / secs, (double)distinct,
                    (double)(s.rows_read + s.rows_owner), (double)(s.lookups + s.updates),
-                   (double)rc};
-    st = reduce(coll, v, 6);
+                   (double)rc, (double)s.reads / secs, (double)s.registered_bytes};
+    st = reduce(coll, v, 8);
     if (st != SHS_OK || v[5] != 0.0) {
         fprintf(stderr, "shs-emb-bench rank %d: %s\n", rank,
                 st != SHS_OK ? shs_status_string(st) : "a rank failed");
@@ -309,10 +287,11 @@ static int one_config(shs_ctx_t *ctx, shs_coll_t *coll, const opts_t *o, uint32_
                    "\"mode\": \"%s\", \"path\": \"%s\", \"dim\": %u, \"batch\": %u, "
                    "\"calls_per_s\": %.6g, \"ids_per_s\": %.6g, \"mb_per_s\": %.6g, "
                    "\"distinct_per_batch\": %.6g, \"remote_pct\": %.6g, \"p50_us\": %.6g, "
-                   "\"p99_us\": %.6g, \"calls\": %.0f}\n", size, o->workers,
+                   "\"p99_us\": %.6g, \"calls\": %.0f, \"reads_per_s\": %.6g, "
+                   "\"registered_bytes_per_rank\": %.0f}\n", size, o->workers,
                    (unsigned long long)o->rows, o->zipf ? "zipf" : "uniform",
                    mode_name(o->mode), path_name(o->path), dim, batch, v[0], v[1], mbs,
-                   uniq, remote, p50, p99, v[4]);
+                   uniq, remote, p50, p99, v[4], v[6], v[7] / size);
         else
             printf(" %5u %6u %9.1f %7.1f %11.5g %11.5g %9.4g %9.1f %9.1f\n", dim, batch, uniq,
                    remote, v[0], v[1], mbs, p50, p99);

@@ -1,0 +1,140 @@
+"""The report of tools/emb-compare: sharded embedding lookups against Redis
+MGET and the device's READ message rate, from the raw outputs of one guest
+run, as a markdown table (printed, and written into the block emb-compare of
+docs/results/embedding.md).
+
+    python3 tools/emb_report.py RESULTS_DIR --command CMD [--page FILE | --no-page]
+
+RESULTS_DIR holds ours.read.json and ours.owner.json (shs-emb-bench --json
+lines), redis.<round>.<dim>.<batch>.<dist>.json (one line per client
+process) and readbw.<round>.<dim>.txt (ib_read_bw). Every figure is the
+median over rounds; ratios are of those medians.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import results_page  # noqa: E402
+
+
+def median(xs):
+    return statistics.median(xs) if xs else None
+
+
+def load_ours(res, path):
+    """{(dist, dim, batch): [record, ...]} of shs-emb-bench's JSON lines."""
+    out = {}
+    try:
+        with open(os.path.join(res, "ours.%s.json" % path), encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    r = json.loads(line)
+                    out.setdefault((r["dist"], r["dim"], r["batch"]), []).append(r)
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def load_redis(res):
+    """{(dist, dim, batch): [ids/s summed over the clients of one round]}"""
+    out = {}
+    pat = re.compile(r"redis\.(\d+)\.(\d+)\.(\d+)\.(\w+)\.json$")
+    for p in sorted(glob.glob(os.path.join(res, "redis.*.json"))):
+        m = pat.search(p)
+        if not m:
+            continue
+        with open(p, encoding="utf-8") as f:
+            recs = [json.loads(x) for x in f if x.strip().startswith("{")]
+        if len(recs) == 4:  # a round counts only when every client finished
+            key = (m.group(4), int(m.group(2)), int(m.group(3)))
+            out.setdefault(key, []).append(sum(r["ids_per_s"] for r in recs))
+    return out
+
+
+def parse_readbw(text, size):
+    """ib_read_bw's message rate (messages/s) for `size` bytes, or None."""
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) >= 5 and f[0] == str(size):
+            try:
+                return float(f[4]) * 1e6
+            except ValueError:
+                return None
+    return None
+
+
+def load_readbw(res):
+    """{dim: [messages/s per round]}"""
+    out = {}
+    for p in sorted(glob.glob(os.path.join(res, "readbw.*.txt"))):
+        dim = int(p.rsplit(".", 2)[1])
+        with open(p, encoding="utf-8", errors="replace") as f:
+            rate = parse_readbw(f.read(), dim * 4)
+        if rate is not None:
+            out.setdefault(dim, []).append(rate)
+    return out
+
+
+def fmt(x, spec="%.4g"):
+    return "-" if x is None else spec % x
+
+
+def ratio(a, b):
+    return None if a is None or not b else a / b
+
+
+def table(res):
+    read, owner, redis, rbw = (load_ours(res, "read"), load_ours(res, "owner"),
+                               load_redis(res), load_readbw(res))
+    keys = sorted(set(read) | set(owner) | set(redis))
+    rows = ["| ids | dim | batch | READ path ids/s | owner path ids/s | Redis MGET ids/s "
+            "| best / Redis | READs/s | ib_read_bw msgs/s | READs / ib_read_bw | remote % |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for k in keys:
+        r_ids = median([x["ids_per_s"] for x in read.get(k, [])])
+        o_ids = median([x["ids_per_s"] for x in owner.get(k, [])])
+        red = median(redis.get(k, []))
+        best = max([x for x in (r_ids, o_ids) if x is not None], default=None)
+        reads = median([x.get("reads_per_s", 0.0) for x in read.get(k, [])])
+        dev = median(rbw.get(k[1], []))
+        remote = median([x["remote_pct"] for x in read.get(k, [])])
+        rows.append("| %s | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            k[0], k[1], k[2], fmt(r_ids), fmt(o_ids), fmt(red), fmt(ratio(best, red), "%.2f"),
+            fmt(reads), fmt(dev), fmt(ratio(reads, dev), "%.2f"), fmt(remote, "%.0f")))
+    mem = [x.get("registered_bytes_per_rank") for v in read.values() for x in v
+           if x.get("registered_bytes_per_rank")]
+    return "\n".join(rows), (max(mem) if mem else None)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("results")
+    ap.add_argument("--command", default="tools/emb-compare")
+    ap.add_argument("--page", default=results_page.page_path("embedding.md"))
+    ap.add_argument("--no-page", action="store_true")
+    a = ap.parse_args()
+    body, mem = table(a.results)
+    fails = os.path.join(a.results, "failures.txt")
+    notes = []
+    if os.path.exists(fails):
+        with open(fails, encoding="utf-8") as f:
+            notes = ["Failed runs (left out): " + "; ".join(x.strip() for x in f if x.strip())]
+    head = results_page.headline({"where": "guest"}, a.command,
+                                 "4 ranks in one guest, median of rounds")
+    text = "\n\n".join([head, body] + (["Registered bytes per rank, largest table: %.0f."
+                                         % mem] if mem else []) + notes)
+    print(text)
+    if not a.no_page:
+        results_page.try_write_block(a.page, "emb-compare", text, "tools/emb-compare",
+                                     "Embedding tables: lookups against Redis and the device")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
