@@ -107,9 +107,17 @@ def table(res):
         rows.append("| %s | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             k[0], k[1], k[2], fmt(r_ids), fmt(o_ids), fmt(red), fmt(ratio(best, red), "%.2f"),
             fmt(reads), fmt(dev), fmt(ratio(reads, dev), "%.2f"), fmt(remote, "%.0f")))
-    mem = [x.get("registered_bytes_per_rank") for v in read.values() for x in v
-           if x.get("registered_bytes_per_rank")]
-    return "\n".join(rows), (max(mem) if mem else None)
+    recs = [x for v in read.values() for x in v if x.get("table_bytes")]
+    mem = None
+    if recs:
+        big = max(recs, key=lambda x: (x["table_bytes"], x["batch"]))
+        mem = ("Memory per rank for the largest table (%d rows x %d float32 = %.1f MB, a "
+               "quarter of it per holder: %.1f MB): registered %.1f MB (shard, inboxes and "
+               "the batch %d buffers), resident %.1f MB." % (
+                   big["rows"], big["dim"], big["table_bytes"] / 1e6,
+                   big["table_bytes"] / 4e6, big.get("registered_bytes_per_rank", 0) / 1e6,
+                   big["batch"], big.get("rss_bytes_per_rank", 0) / 1e6))
+    return "\n".join(rows), mem
 
 
 def main():
@@ -127,8 +135,7 @@ def main():
             notes = ["Failed runs (left out): " + "; ".join(x.strip() for x in f if x.strip())]
     head = results_page.headline({"where": "guest"}, a.command,
                                  "4 ranks in one guest, median of rounds")
-    text = "\n\n".join([head, body] + (["Registered bytes per rank, largest table: %.0f."
-                                         % mem] if mem else []) + notes)
+    text = "\n\n".join([head, body] + ([mem] if mem else []) + notes)
     print(text)
     if not a.no_page:
         results_page.try_write_block(a.page, "emb-compare", text, "tools/emb-compare",

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <shadowsync/shadowsync.h>
 
@@ -140,6 +141,19 @@ static int parse(int argc, char **argv, opts_t *o)
         o->workers > MAX_WORKERS || !(o->zipf_s > 0.0))
         return 2;
     return 0;
+}
+
+/* This process's resident set in bytes (/proc/self/statm), 0 if unknown. */
+static double rss_bytes(void)
+{
+    unsigned long size = 0, resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f == NULL)
+        return 0.0;
+    if (fscanf(f, "%lu %lu", &size, &resident) != 2)
+        resident = 0;
+    fclose(f);
+    return (double)resident * (double)sysconf(_SC_PAGESIZE);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -265,10 +279,10 @@ static int one_config(shs_ctx_t *ctx, shs_coll_t *coll, const opts_t *o, uint32_
         distinct = s.update_rows;
     double calls = (double)o->iters * o->workers;
     /* per rank: calls/s and ids/s of its workers, over the slowest worker's time */
-    double v[8] = {calls / secs, calls * batch / secs, (double)distinct,
+    double v[9] = {calls / secs, calls * batch / secs, (double)distinct,
                    (double)(s.rows_read + s.rows_owner), (double)(s.lookups + s.updates),
-                   (double)rc, (double)s.reads / secs, (double)s.registered_bytes};
-    st = reduce(coll, v, 8);
+                   (double)rc, (double)s.reads / secs, (double)s.registered_bytes, rss_bytes()};
+    st = reduce(coll, v, 9);
     if (st != SHS_OK || v[5] != 0.0) {
         fprintf(stderr, "shs-emb-bench rank %d: %s\n", rank,
                 st != SHS_OK ? shs_status_string(st) : "a rank failed");
@@ -288,10 +302,12 @@ static int one_config(shs_ctx_t *ctx, shs_coll_t *coll, const opts_t *o, uint32_
                    "\"calls_per_s\": %.6g, \"ids_per_s\": %.6g, \"mb_per_s\": %.6g, "
                    "\"distinct_per_batch\": %.6g, \"remote_pct\": %.6g, \"p50_us\": %.6g, "
                    "\"p99_us\": %.6g, \"calls\": %.0f, \"reads_per_s\": %.6g, "
-                   "\"registered_bytes_per_rank\": %.0f}\n", size, o->workers,
+                   "\"registered_bytes_per_rank\": %.0f, \"rss_bytes_per_rank\": %.0f, "
+                   "\"table_bytes\": %.0f}\n", size, o->workers,
                    (unsigned long long)o->rows, o->zipf ? "zipf" : "uniform",
                    mode_name(o->mode), path_name(o->path), dim, batch, v[0], v[1], mbs,
-                   uniq, remote, p50, p99, v[4], v[6], v[7] / size);
+                   uniq, remote, p50, p99, v[4], v[6], v[7] / size, v[8] / size,
+                   (double)o->rows * dim * sizeof(float));
         else
             printf(" %5u %6u %9.1f %7.1f %11.5g %11.5g %9.4g %9.1f %9.1f\n", dim, batch, uniq,
                    remote, v[0], v[1], mbs, p50, p99);
