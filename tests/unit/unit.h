@@ -13,5 +13,6 @@ Suite *transport_suite(void);
 Suite *schedule_suite(void);
 Suite *collective_suite(void);
 Suite *shadow_suite(void);
+Suite *shadow_view_suite(void);
 
 #endif
