@@ -208,6 +208,8 @@ shs_status_t shs__wait_slot(shs_shadow_t *sh, const shs_group_t *grp, uint64_t r
 bool shs__verify_stamps(shs_shadow_t *sh, const shs_group_t *grp, uint64_t r,
                         shs_status_t *err);
 shs_status_t shs__read_header(shs_shadow_t *sh, int p, size_t loc);
+/* Wait for this rank's operations to peer p; a failure makes p PEER_SKIP. */
+shs_status_t shs__flush_peer(shs_shadow_t *sh, int p);
 
 /*
  * The engine's one wait: poll until it says done, a stop (when

@@ -159,9 +159,8 @@ static shs_status_t read_center(shs_shadow_t *sh, const shs_group_t *grp)
         int o = grp->ranks[k];
         if (o == sh->rank || sh->state[o] != SHS__PEER_OK)
             continue;
-        shs_status_t st = shs_flush(sh->ctx, o, SHS_TIMEOUT_DEFAULT);
+        shs_status_t st = shs__flush_peer(sh, o);
         if (st != SHS_OK) {
-            sh->state[o] = SHS__PEER_SKIP;
             err = shs__first_error(err, st);
             continue;
         }

@@ -75,11 +75,9 @@ static shs_status_t pull_piece(shs_shadow_t *sh, const shs_group_t *grp, shs_reg
         if (p == sh->rank) {
             xs[j++] = own + c0;
         } else if (sh->state[p] == SHS__PEER_OK) {
-            shs_status_t st = shs_flush(sh->ctx, p, SHS_TIMEOUT_DEFAULT);
-            if (st != SHS_OK) {
-                sh->state[p] = SHS__PEER_SKIP;
+            shs_status_t st = shs__flush_peer(sh, p);
+            if (st != SHS_OK)
                 return st;
-            }
             shs__stat_add(&sh->st.bytes_read, len * sizeof(float));
             xs[j++] = (const float *)(sh->scratch_mem + recv_loc(sh, grp, k));
         }

@@ -160,6 +160,14 @@ shs_status_t shs__read_header(shs_shadow_t *sh, int p, size_t loc)
     return st;
 }
 
+shs_status_t shs__flush_peer(shs_shadow_t *sh, int p)
+{
+    shs_status_t st = shs_flush(sh->ctx, p, SHS_TIMEOUT_DEFAULT);
+    if (st != SHS_OK)
+        sh->state[p] = SHS__PEER_SKIP;
+    return st;
+}
+
 static void hdr_failed(shs_shadow_t *sh, shs__hdr_wait_t *hw, int p, shs_status_t st)
 {
     sh->state[p] = SHS__PEER_SKIP;
@@ -184,9 +192,9 @@ static void hdr_pass(shs_shadow_t *sh, shs__hdr_wait_t *hw, uint8_t select)
         int p = grp->ranks[k];
         if (p == sh->rank || sh->state[p] != select)
             continue;
-        shs_status_t st = shs_flush(sh->ctx, p, SHS_TIMEOUT_DEFAULT);
+        shs_status_t st = shs__flush_peer(sh, p);
         if (st != SHS_OK) {
-            hdr_failed(sh, hw, p, st);
+            hw->err = shs__first_error(hw->err, st);
             continue;
         }
         shs__stat_add(&sh->st.bytes_read, SHS__HDR_BYTES);

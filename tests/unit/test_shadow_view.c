@@ -60,17 +60,24 @@ static bool sim_all_know(const sim_t *s, int dead)
     return true;
 }
 
+/* Schedule kind i (0..3: all, hypercube, general, random), in pairs. */
+static shs_schedule_t pairs_of_kind(int i)
+{
+    static const shs_schedule_kind_t kinds[] = {SHS_SCHED_ALL, SHS_SCHED_HYPERCUBE,
+                                                SHS_SCHED_GENERAL, SHS_SCHED_RANDOM};
+    shs_schedule_t sched;
+    memset(&sched, 0, sizeof(sched));
+    sched.kind = kinds[i];
+    sched.group_size = 2;
+    return sched;
+}
+
 /* Rank 0's transport sees rank 3 go; nobody else reads rank 3 (its reads
  * would hang): the gossip alone must reach every living rank, through
  * ranks that never share a group with rank 0 as well. */
 START_TEST(test_gossip_reaches_everyone)
 {
-    static const shs_schedule_kind_t kinds[] = {SHS_SCHED_ALL, SHS_SCHED_HYPERCUBE,
-                                             SHS_SCHED_GENERAL, SHS_SCHED_RANDOM};
-    shs_schedule_t sched;
-    memset(&sched, 0, sizeof(sched));
-    sched.kind = kinds[_i];
-    sched.group_size = 2;
+    shs_schedule_t sched = pairs_of_kind(_i);
     sim_t s;
     sim_init(&s, NR);
     s.gone[3] = true;
@@ -120,12 +127,7 @@ static void check_groups(sim_t *s, const shs_schedule_t *sched, uint64_t r)
 
 START_TEST(test_regroup_over_living)
 {
-    static const shs_schedule_kind_t kinds[] = {SHS_SCHED_ALL, SHS_SCHED_HYPERCUBE,
-                                             SHS_SCHED_GENERAL, SHS_SCHED_RANDOM};
-    shs_schedule_t sched;
-    memset(&sched, 0, sizeof(sched));
-    sched.kind = kinds[_i];
-    sched.group_size = 2;
+    shs_schedule_t sched = pairs_of_kind(_i);
     sim_t s;
     sim_init(&s, NR);
     /* no one out: the view's groups are the schedule's */
