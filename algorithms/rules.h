@@ -1,8 +1,9 @@
 /*
  * Internal: the averaging rules of the shadow engine (MA, BMUF, EASGD) and
  * the delta application, as pure functions on float32 vectors. No I/O, no
- * allocation, no transport: the engine (shadow.c) feeds them chunks of the
- * snapshots it pulled, and the unit tests feed them hand-computed vectors.
+ * allocation, no transport: the engine (algorithms/shadow/) feeds them
+ * chunks of the snapshots it pulled, and the unit tests feed them
+ * hand-computed vectors.
  *
  * Every function is thread-safe in the sense that it touches only its
  * arguments. Vectors marked restrict must not overlap.

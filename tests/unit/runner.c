@@ -21,6 +21,7 @@ static const struct {
     {"schedule", schedule_suite},
     {"collective", collective_suite},
     {"shadow", shadow_suite},
+    {"shadow_view", shadow_view_suite},
     {"embedding", embedding_suite},
 };
 

@@ -6,6 +6,7 @@
  */
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "algorithms/rules.h"
 #include "unit.h"
@@ -46,6 +47,34 @@ START_TEST(test_ma_order_is_fixed)
     /* (1e8 + 1) rounds to 1e8 in float, so a+b+c = 0 but a+c+b = 1 */
     ck_assert_float_eq(x, 0.0f);
     ck_assert_float_eq(y, 1.0f / 3.0f);
+}
+END_TEST
+
+/* The pull path takes the mean piece by piece (SHS_SHADOW_CHUNK) into one
+ * buffer: any cut gives the bits of the whole, and the scale is 1/m of the
+ * members given, the own snapshot among them. */
+START_TEST(test_ma_mean_by_pieces)
+{
+    enum { N = 37 };
+    float a[N], b[N], c[N], whole[N], pieces[N];
+    for (int i = 0; i < N; i++) {
+        a[i] = 0.1f * (float)i;
+        b[i] = 1e3f / (float)(i + 1);
+        c[i] = -0.7f * (float)(i * i);
+    }
+    const float *xs[] = {a, b, c};
+    shs__ma_mean(whole, xs, 3, N);
+    ck_assert_float_eq_tol(whole[4], (0.4f + 200.0f - 11.2f) / 3.0f, 1e-4f);
+    const size_t cut[] = {1, 5, 16, 36};
+    for (size_t t = 0; t < sizeof(cut) / sizeof(cut[0]); t++) {
+        memset(pieces, 0xff, sizeof(pieces));
+        for (size_t c0 = 0; c0 < N; c0 += cut[t]) {
+            size_t len = N - c0 < cut[t] ? N - c0 : cut[t];
+            const float *xp[] = {a + c0, b + c0, c + c0};
+            shs__ma_mean(pieces + c0, xp, 3, len);
+        }
+        ck_assert_mem_eq(pieces, whole, sizeof(whole));
+    }
 }
 END_TEST
 
@@ -176,6 +205,7 @@ Suite *shadow_suite(void)
     TCase *tc = tcase_create("rules");
     tcase_add_test(tc, test_ma_mean);
     tcase_add_test(tc, test_ma_order_is_fixed);
+    tcase_add_test(tc, test_ma_mean_by_pieces);
     tcase_add_test(tc, test_bmuf_defaults);
     tcase_add_test(tc, test_bmuf_step);
     tcase_add_test(tc, test_easgd_step_and_center);

@@ -13,6 +13,7 @@ Suite *transport_suite(void);
 Suite *schedule_suite(void);
 Suite *collective_suite(void);
 Suite *shadow_suite(void);
+Suite *shadow_view_suite(void);
 Suite *embedding_suite(void);
 
 #endif

@@ -1,0 +1,263 @@
+/*
+ * Internal: the shadow engine's layout and what its files share. The
+ * semantics are in include/shadowsync/shadow.h; the update rules in
+ * algorithms/rules.h.
+ *
+ *   engine.c      create (parameters and knobs, regions), destroy
+ *   thread.c      one round, the shadow thread, start/stop/sync/finish
+ *   view.c        the failure view (pure: unit-tested on the host)
+ *   snapshot.c    published headers: seqlock writer, header reads, the
+ *                 engine's one wait skeleton, the failure glue
+ *   path_pull.c   the pull and live data paths (RDMA READ of the snapshots)
+ *   path_ring.c   the ring data path (check-in, ring allreduce)
+ *   path_easgd.c  EASGD: the center slices and the inboxes
+ *   stats.c       statistics
+ *
+ * Memory of one engine (n = model elements, g = largest group):
+ *   pub      REMOTE_READ   header (stamps, stopped flag) + two snapshot slots
+ *   scratch  LOCAL_WRITE   header read-backs + (g - 1) receive chunks
+ *   acc      LOCAL_WRITE   n floats: the round's mean / result; EASGD: the
+ *                          center as read
+ *   EASGD only: center (REMOTE_READ, the owned slice), inbox (REMOTE_WRITE,
+ *   two slots per sender), dbuf (the outgoing d, source of the writes).
+ *   BMUF only: w_g and D (private memory).
+ */
+#ifndef SHS_ALGORITHMS_SHADOW_ENGINE_H
+#define SHS_ALGORITHMS_SHADOW_ENGINE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <shadowsync/collective.h>
+#include <shadowsync/shadow.h>
+
+#include "algorithms/rules.h"
+#include "algorithms/shadow/view.h"
+#include "runtime/wait.h"
+
+/* The published header, at offset 0 of the pub region. Written only by the
+ * owning rank's engine with plain aligned 8-byte stores; read by peers. */
+typedef struct shs__pub_hdr {
+    uint64_t seq[2];   /* seqlock of each slot: odd while the slot is written */
+    uint64_t round[2]; /* round stamped in each slot (valid when seq is even, > 0) */
+    uint64_t stopped;  /* nonzero: this rank's engine is stopped */
+    uint64_t checkin;  /* ring path: (round << 1) | leaving, written once per round */
+    uint64_t pulling;  /* nonzero: the ring path fell back to the pull path (sticky) */
+    uint64_t pad;
+    uint64_t failed[SHS__VIEW_WORDS]; /* the view's told words: gossip */
+} shs__pub_hdr_t;
+
+#define SHS__HDR_BYTES sizeof(shs__pub_hdr_t)
+#define SHS__PUB_DATA_OFF 4096 /* slots start on their own page */
+
+/* Outcome of trying to include a peer in a round. */
+enum { SHS__PEER_PENDING = 0, SHS__PEER_OK = 1, SHS__PEER_SKIP = 2 };
+
+typedef struct shs_shadow shs_shadow_t;
+
+/*
+ * A data path: chosen once at create (EASGD by the algorithm, else by
+ * shs_shadow_params_t.path). NULL members do nothing.
+ */
+typedef struct shs__path_ops {
+    const char *name;
+    /* collective setup at create, after the common regions (same order on
+     * every rank); undone by teardown */
+    shs_status_t (*setup)(shs_shadow_t *sh);
+    /* round r over grp (this rank's group of the view) */
+    shs_status_t (*round)(shs_shadow_t *sh, uint64_t r, const shs_group_t *grp);
+    /* a stop was requested: true when the path needs one more round to
+     * leave (the ring's check-in with the leaving bit) */
+    bool (*leave)(shs_shadow_t *sh);
+    /* the shadow thread ends: take in what is in flight */
+    void (*quiesce)(shs_shadow_t *sh);
+    /* shs_shadow_finish, once every rank's writes have landed */
+    shs_status_t (*finish)(shs_shadow_t *sh);
+    /* shs_shadow_destroy, after the final barrier */
+    void (*teardown)(shs_shadow_t *sh);
+} shs__path_ops_t;
+
+extern const shs__path_ops_t shs__path_pull, shs__path_live, shs__path_ring, shs__path_easgd;
+
+/* Parameters as resolved at create (engine.c, the one place knobs are read). */
+typedef struct shs__shadow_cfg {
+    shs_shadow_algorithm_t algo;
+    shs_schedule_t sched;
+    shs_shadow_path_t path;
+    uint32_t min_interval_us;
+    char pin[64];
+    shs__bmuf_coef_t bmuf_fg, bmuf_bg; /* foreground rounds, the shadow thread */
+    float alpha;
+    int wait_ms;
+    int nap_pct;      /* SHS_SHADOW_NAP: share of a transfer's expected time slept */
+    int want_channel; /* SHS_SHADOW_CHANNEL: -1 = allocated */
+    size_t chunk;     /* floats per pulled piece */
+    int gmax;         /* the largest group */
+} shs__shadow_cfg_t;
+
+/* EASGD's center and inboxes (path_easgd.c). */
+typedef struct shs__easgd {
+    shs_region_t *center_reg, *inbox_reg, *dbuf_reg;
+    float *center, *inbox, *dbuf;
+    size_t slice_max; /* floats: the longest slice, the stride of the inbox */
+    size_t my_off, my_len;
+    int *credits;
+    unsigned *sent;   /* deltas sent to each owner (parity of the next slot) */
+    uint32_t channel; /* channel << IMM_CHANNEL_SHIFT */
+} shs__easgd_t;
+
+typedef struct shs__shadow_stats {
+    _Atomic uint64_t rounds, idle, bytes_read, bytes_written, round_ns_sum, round_ns_last,
+        round_ns_max, wait_ns_sum, torn, skipped, errors, rounds_after_fail, first_fail_ns;
+    atomic_int failed;
+    atomic_int last_error;
+    _Atomic uint64_t run_ns_total, run_start_ns, first_round_ns;
+    _Atomic uint64_t *last_read_ns; /* per peer */
+} shs__shadow_stats_t;
+
+struct shs_shadow {
+    shs_ctx_t *ctx;
+    int rank, size;
+    shs_region_t *model;
+    size_t model_off; /* bytes */
+    size_t n;         /* float32 elements */
+    float *w;         /* the live model */
+    shs__shadow_cfg_t cfg;
+    const shs__path_ops_t *ops;
+    shs__bmuf_coef_t bmuf; /* what the rounds use: cfg.bmuf_fg or cfg.bmuf_bg */
+    double ns_per_byte;    /* moving average of pulled transfers (0: none measured yet) */
+
+    shs_region_t *pub;
+    shs__pub_hdr_t *hdr;
+    size_t slot_bytes;
+    float *slot[2];
+    shs_region_t *scratch;
+    uint8_t *scratch_mem;
+    size_t recv_off; /* offset of the receive chunks in scratch */
+    shs_region_t *acc_reg;
+    float *acc;
+    float *wg, *D; /* BMUF */
+
+    /* ring path */
+    shs_coll_t *coll;
+    bool leaving;   /* a stop was requested: the next check-in says so */
+    bool ring_off;  /* fell back to pull for good */
+    bool rerun;     /* the round gave way to the pull path: run it again */
+    bool pull_set;  /* pull_from is set */
+    uint64_t pull_from; /* first round on the pull path (ring fallback) */
+
+    shs__easgd_t easgd;
+
+    /* per peer */
+    uint64_t *published_seen; /* highest round seen published + 1 (0: none) */
+    uint64_t *seen_seq;       /* seq of the slot read in this round */
+    uint8_t *state;           /* SHS__PEER_* in this round */
+    bool *warned;             /* a wait timeout was logged for this peer */
+
+    shs__view_t view;
+    _Atomic uint64_t round;
+    int round_peers; /* peers the current round synced with */
+    bool poisoned;
+    bool ran_background; /* shs_shadow_start was called: no foreground rounds after */
+    bool finished;       /* shs_shadow_finish ran: no rounds after */
+    shs_group_t hist[2]; /* the group of round hist_round[r & 1] */
+    uint64_t hist_round[2];
+    bool hist_valid[2];
+
+    /* thread */
+    pthread_t thread;
+    pthread_mutex_t lock; /* only for the interval sleep and stop */
+    pthread_cond_t cond;
+    atomic_bool stop_req;
+    atomic_int running;
+
+    shs__shadow_stats_t st;
+};
+
+#define SHS__RELAXED memory_order_relaxed
+
+static inline void shs__stat_add(_Atomic uint64_t *c, uint64_t v)
+{
+    atomic_fetch_add_explicit(c, v, SHS__RELAXED);
+}
+
+static inline shs_status_t shs__first_error(shs_status_t a, shs_status_t b)
+{
+    return a != SHS_OK ? a : b;
+}
+
+static inline bool shs__shadow_stop_requested(const shs_shadow_t *sh)
+{
+    return atomic_load_explicit(&sh->stop_req, memory_order_acquire);
+}
+
+/* stats.c */
+void shs__shadow_note_error(shs_shadow_t *sh, shs_status_t st);
+void shs__shadow_note_read(shs_shadow_t *sh, const shs_group_t *grp);
+void shs__shadow_note_round(shs_shadow_t *sh, uint64_t dt_ns, shs_status_t st);
+
+/* snapshot.c: the published snapshot and headers */
+size_t shs__slot_off(const shs_shadow_t *sh, int s);
+void shs__publish(shs_shadow_t *sh, uint64_t r);
+void shs__reset_states(shs_shadow_t *sh, const shs_group_t *grp);
+void shs__check_failures(shs_shadow_t *sh);
+shs_status_t shs__guard_slot(shs_shadow_t *sh, uint64_t r);
+shs_status_t shs__wait_slot(shs_shadow_t *sh, const shs_group_t *grp, uint64_t r);
+bool shs__verify_stamps(shs_shadow_t *sh, const shs_group_t *grp, uint64_t r,
+                        shs_status_t *err);
+shs_status_t shs__read_header(shs_shadow_t *sh, int p, size_t loc);
+/* Wait for this rank's operations to peer p; a failure makes p PEER_SKIP. */
+shs_status_t shs__flush_peer(shs_shadow_t *sh, int p);
+
+/*
+ * The engine's one wait: poll until it says done, a stop (when
+ * cancellable), or wait_ms. Built on the runtime's waiter: a few polls back
+ * to back, then naps doubling up to SHS__IDLE_SLEEP_MAX_NS or 1/32 of the
+ * last round's time when that is longer (every poll is an RDMA READ that
+ * costs the device as much as a small transfer: a rank waiting for a slow
+ * peer must not flood the link that peer needs; waiting 3% of a round
+ * longer than necessary is cheap). The time is counted as waiting.
+ * Returns SHS_OK (done), SHS_ERR_CANCELED or SHS_ERR_TIMEOUT.
+ */
+typedef bool (*shs__shadow_poll_fn)(shs_shadow_t *sh, void *arg);
+shs_status_t shs__shadow_wait(shs_shadow_t *sh, shs__shadow_poll_fn poll, void *arg,
+                              bool cancellable);
+/* The longest nap of a wait (above), in ns. */
+long shs__shadow_nap_max_ns(const shs_shadow_t *sh);
+
+/*
+ * Waits on the peers' published headers: read the header of every member
+ * of grp whose state is SHS__PEER_PENDING (into read-back `which`), take in
+ * its view, and classify it, until no member is pending (or `abort` is
+ * set). Read failures skip the peer (err); at the deadline the members
+ * still pending are skipped with a warning that they did not `what`.
+ */
+typedef struct shs__hdr_wait shs__hdr_wait_t;
+struct shs__hdr_wait {
+    const shs_group_t *grp;
+    uint64_t r;
+    int which;        /* header read-back 0 or 1 */
+    const char *what; /* "publish its snapshot", for the timeout warning */
+    /* the new state of member p (SHS__PEER_*) given its header h */
+    uint8_t (*classify)(shs_shadow_t *sh, shs__hdr_wait_t *hw, int p, const shs__pub_hdr_t *h);
+    shs_status_t err; /* first read or protocol error */
+    bool abort;       /* classify: stop waiting after this pass */
+};
+shs_status_t shs__wait_headers(shs_shadow_t *sh, shs__hdr_wait_t *hw, bool cancellable);
+
+/* path_ring.c: a collective for the engine's own registered memory */
+shs_status_t shs__shadow_coll(shs_shadow_t *sh, shs_coll_t **coll_p);
+
+/* path_pull.c */
+shs_status_t shs__round_pull(shs_shadow_t *sh, uint64_t r, const shs_group_t *grp);
+void shs__apply_result(shs_shadow_t *sh, const float *snap);
+
+/* thread.c: shs_shadow_finish for MA and BMUF, the exact mean of the models */
+shs_status_t shs__finish_mean(shs_shadow_t *sh);
+
+/* path_easgd.c: take every pending immediate (ack: acknowledge deltas) */
+shs_status_t shs__easgd_service(shs_shadow_t *sh, bool ack);
+
+#endif

@@ -1,0 +1,193 @@
+/*
+ * The pull data paths: each member reads the others' round-r snapshots
+ * (pull) or live models (live) with RDMA READ, piece by piece, and takes
+ * their mean (shs__ma_mean); BMUF turns the mean into its block update.
+ */
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include <shadowsync/rma.h>
+
+#include "algorithms/shadow/engine.h"
+#include "runtime/clock.h"
+
+/*
+ * Waiting for a pulled piece without burning the CPU. The device (a software
+ * one under emulation, or a NIC) moves the bytes; a shadow thread that spins
+ * in the flush meanwhile takes CPU time from the Hogwild workers (and, on
+ * Soft-RoCE, from the kernel threads that move the data). So the engine
+ * sleeps for SHS_SHADOW_NAP percent of the time the transfer is expected to
+ * take (a moving average of the observed time per byte), then flushes, which
+ * polls only for the rest.
+ */
+static void nap(const shs_shadow_t *sh, size_t bytes)
+{
+    if (sh->cfg.nap_pct <= 0 || sh->ns_per_byte <= 0 || bytes == 0)
+        return;
+    double ns = sh->ns_per_byte * (double)bytes * sh->cfg.nap_pct / 100.0;
+    if (ns < 20e3) /* below the sleep granularity: not worth a system call */
+        return;
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1e9), .tv_nsec = (long)fmod(ns, 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static void learn_rate(shs_shadow_t *sh, size_t bytes, uint64_t ns)
+{
+    if (bytes == 0)
+        return;
+    double x = (double)ns / (double)bytes;
+    sh->ns_per_byte = sh->ns_per_byte <= 0 ? x : 0.75 * sh->ns_per_byte + 0.25 * x;
+}
+
+/* Offset in scratch of member k's receive chunk (the own rank has none). */
+static size_t recv_loc(const shs_shadow_t *sh, const shs_group_t *grp, int k)
+{
+    size_t j = (size_t)(k < grp->index ? k : k - 1);
+    return sh->recv_off + j * sh->cfg.chunk * sizeof(float);
+}
+
+/* acc[c0, c0 + len) = the mean of the m members in state PEER_OK: their
+ * reads are posted together, then flushed and summed in ascending rank
+ * order. A peer whose read fails is marked PEER_SKIP. */
+static shs_status_t pull_piece(shs_shadow_t *sh, const shs_group_t *grp, shs_region_t *src_reg,
+                               size_t src_off, const float *own, size_t c0, size_t len, int m)
+{
+    const float *xs[SHS_GROUP_MAX];
+    int j = 0;
+    for (int k = 0; k < grp->size; k++) {
+        int p = grp->ranks[k];
+        if (p == sh->rank || sh->state[p] != SHS__PEER_OK)
+            continue;
+        shs_status_t st = shs_read(sh->ctx, p, sh->scratch, recv_loc(sh, grp, k), src_reg,
+                                   src_off + c0 * sizeof(float), len * sizeof(float),
+                                   SHS_OP_SIGNAL);
+        if (st != SHS_OK) {
+            sh->state[p] = SHS__PEER_SKIP;
+            return st;
+        }
+    }
+    uint64_t t_post = shs__now_ns();
+    size_t bytes = (size_t)(m - 1) * len * sizeof(float);
+    nap(sh, bytes);
+    for (int k = 0; k < grp->size; k++) {
+        int p = grp->ranks[k];
+        if (p == sh->rank) {
+            xs[j++] = own + c0;
+        } else if (sh->state[p] == SHS__PEER_OK) {
+            shs_status_t st = shs__flush_peer(sh, p);
+            if (st != SHS_OK)
+                return st;
+            shs__stat_add(&sh->st.bytes_read, len * sizeof(float));
+            xs[j++] = (const float *)(sh->scratch_mem + recv_loc(sh, grp, k));
+        }
+    }
+    shs__ma_mean(sh->acc + c0, xs, j, len);
+    learn_rate(sh, bytes, shs__now_ns() - t_post);
+    return SHS_OK;
+}
+
+/*
+ * acc = mean of the snapshots of the group's members whose state is PEER_OK,
+ * piece by piece. `src_reg`/`src_off` name what is read on the peers (the
+ * round's slot, or the live model); `own` is this rank's snapshot. A peer
+ * whose read fails is marked PEER_SKIP and the caller starts over without
+ * it (earlier pieces already include it).
+ */
+static shs_status_t pull_mean(shs_shadow_t *sh, const shs_group_t *grp, shs_region_t *src_reg,
+                              size_t src_off, const float *own)
+{
+    int m = 0;
+    for (int k = 0; k < grp->size; k++)
+        m += sh->state[grp->ranks[k]] == SHS__PEER_OK;
+    for (size_t c0 = 0; c0 < sh->n; c0 += sh->cfg.chunk) {
+        size_t len = sh->n - c0 < sh->cfg.chunk ? sh->n - c0 : sh->cfg.chunk;
+        shs_status_t st = pull_piece(sh, grp, src_reg, src_off, own, c0, len, m);
+        if (st != SHS_OK)
+            return st;
+    }
+    return SHS_OK;
+}
+
+void shs__apply_result(shs_shadow_t *sh, const float *snap)
+{
+    if (sh->cfg.algo == SHS_SHADOW_BMUF)
+        shs__bmuf_step(sh->wg, sh->D, sh->acc, sh->acc, sh->n, &sh->bmuf);
+    shs__delta_apply(sh->w, sh->acc, snap, sh->n);
+}
+
+/* Members still PEER_OK (but this rank) are read again. */
+static void reread_ok(shs_shadow_t *sh, const shs_group_t *grp)
+{
+    for (int k = 0; k < grp->size; k++)
+        if (grp->ranks[k] != sh->rank && sh->state[grp->ranks[k]] == SHS__PEER_OK)
+            sh->state[grp->ranks[k]] = SHS__PEER_PENDING;
+}
+
+shs_status_t shs__round_pull(shs_shadow_t *sh, uint64_t r, const shs_group_t *grp)
+{
+    int s = (int)(r & 1);
+    shs_status_t err = shs__guard_slot(sh, r);
+    if (err == SHS_ERR_CANCELED)
+        return err;
+    shs__publish(sh, r);
+    if (grp->size == 1)
+        return err;
+
+    /* each pass waits for the stamps, reads, and checks the stamps again; a
+     * pass that saw a torn or failed read starts over with the members that
+     * are still good, within one wait bound for the whole round. A stop
+     * request does not cancel a published round: the members read this
+     * rank's round-r snapshot and move towards it, so this rank must move
+     * too (a rank that stopped here without applying broke the sum; its
+     * peers are alive or marked stopped, so the round ends within a round's
+     * time or the wait bound) */
+    shs__deadline_t dl = shs__deadline_in_ms(sh->cfg.wait_ms);
+    shs__reset_states(sh, grp);
+    for (;;) {
+        err = shs__first_error(err, shs__wait_slot(sh, grp, r));
+        shs_status_t st = pull_mean(sh, grp, sh->pub, shs__slot_off(sh, s), sh->slot[s]);
+        if (st == SHS_OK && shs__verify_stamps(sh, grp, r, &err))
+            break;
+        err = shs__first_error(err, st);
+        if (shs__deadline_passed(dl))
+            return shs__first_error(err, SHS_ERR_TIMEOUT); /* the round changes nothing */
+        reread_ok(sh, grp);
+    }
+    shs__shadow_note_read(sh, grp);
+    shs__apply_result(sh, sh->slot[s]);
+    return err;
+}
+
+static shs_status_t round_live(shs_shadow_t *sh, uint64_t r, const shs_group_t *grp)
+{
+    shs_status_t err = SHS_OK, st;
+    (void)r;
+    memcpy(sh->slot[0], sh->w, sh->n * sizeof(float));
+    if (grp->size == 1)
+        return SHS_OK;
+    for (int k = 0; k < grp->size; k++) {
+        int p = grp->ranks[k];
+        bool ok = p == sh->rank || (!shs__view_is_dead(&sh->view, p) &&
+                                    shs_ctx_peer_status(sh->ctx, p, NULL) == SHS_OK);
+        sh->state[p] = ok ? SHS__PEER_OK : SHS__PEER_SKIP;
+    }
+    /* a failed peer is dropped (PEER_SKIP) and the mean computed again */
+    while ((st = pull_mean(sh, grp, sh->model, sh->model_off, sh->slot[0])) != SHS_OK)
+        err = shs__first_error(err, st);
+    shs__shadow_note_read(sh, grp);
+    shs__apply_result(sh, sh->slot[0]);
+    return err;
+}
+
+const shs__path_ops_t shs__path_pull = {
+    .name = "pull",
+    .round = shs__round_pull,
+    .finish = shs__finish_mean,
+};
+
+const shs__path_ops_t shs__path_live = {
+    .name = "live",
+    .round = round_live,
+    .finish = shs__finish_mean,
+};

@@ -1,0 +1,292 @@
+/*
+ * One round, the shadow thread that runs them back to back, and the calls
+ * that drive it: start, stop, a foreground round (sync) and the end of a
+ * run (finish).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#if defined(__SSE2__)
+#include <xmmintrin.h>
+#endif
+
+#include <shadowsync/collective.h>
+#include <shadowsync/rma.h>
+
+#include "algorithms/shadow/engine.h"
+#include "runtime/clock.h"
+#include "runtime/log.h"
+#include "runtime/memory.h"
+#include "transport/services.h"
+
+static bool fatal(shs_status_t st)
+{
+    return st == SHS_ERR_DEVICE || st == SHS_ERR_PROTOCOL;
+}
+
+static shs_status_t run_round(shs_shadow_t *sh)
+{
+    uint64_t r = atomic_load_explicit(&sh->round, SHS__RELAXED);
+    uint64_t t0 = shs__now_ns();
+    shs_group_t grp;
+    shs_status_t st;
+    if (atomic_load_explicit(&sh->st.first_round_ns, SHS__RELAXED) == 0)
+        atomic_store_explicit(&sh->st.first_round_ns, t0, SHS__RELAXED);
+    int nfailed0 = sh->view.nfailed;
+    /* a round runs at most twice: again when the path gave way (the ring
+     * learned of a failure or of the pull fallback before it changed
+     * anything), over the group of the new view */
+    for (int attempt = 0;; attempt++) {
+        shs__check_failures(sh);
+        st = shs__view_group(&sh->view, &sh->cfg.sched, r, &grp);
+        if (st != SHS_OK)
+            return st;
+        sh->round_peers = 0;
+        sh->rerun = false;
+        st = sh->ops->round(sh, r, &grp);
+        if (st == SHS_ERR_CANCELED) {
+            shs__check_failures(sh); /* a stop must not hide a failure seen meanwhile */
+            return st;
+        }
+        if (!sh->rerun || attempt > 0)
+            break;
+    }
+    shs__check_failures(sh);
+    sh->hist[r & 1] = grp;
+    sh->hist_round[r & 1] = r;
+    sh->hist_valid[r & 1] = true;
+    /* the round in which this rank saw a failure reports it (foreground
+     * callers see SHS_ERR_PEER_FAILED once); the round itself used the
+     * members it could read */
+    if (sh->view.nfailed > nfailed0 && st == SHS_OK)
+        st = SHS_ERR_PEER_FAILED;
+    atomic_store_explicit(&sh->round, r + 1, SHS__RELAXED);
+    shs__shadow_note_round(sh, shs__now_ns() - t0, st);
+    if (sh->round_peers > 0 && fatal(st))
+        sh->poisoned = true;
+    return st;
+}
+
+static void pin_self(const shs_shadow_t *sh)
+{
+    char cpus[64];
+    if (strcmp(sh->cfg.pin, "none") == 0)
+        return;
+    if (strcmp(sh->cfg.pin, "auto") == 0) {
+        cpu_set_t set;
+        if (sched_getaffinity(0, sizeof(set), &set) != 0)
+            return;
+        int last = -1;
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &set))
+                last = c;
+        if (last < 0 || CPU_COUNT(&set) < 2)
+            return;
+        snprintf(cpus, sizeof(cpus), "%d", last);
+    } else {
+        snprintf(cpus, sizeof(cpus), "%s", sh->cfg.pin);
+    }
+    shs_status_t st = shs__pin_thread_near(cpus);
+    if (st != SHS_OK)
+        SHS_WARN("shadow: could not pin the shadow thread to cpus %s (%s); it runs unpinned",
+                 cpus, shs_status_string(st));
+}
+
+/* Rounds run with subnormal floats flushed to zero (x86 MXCSR FTZ and DAZ).
+ * The rules converge geometrically (BMUF's block momentum decays by eta per
+ * round, EASGD's w - c by 1 - 2 alpha), so parameters that sit at zero
+ * pick up subnormal values after a few hundred rounds; arithmetic on those
+ * is slow on every x86 and very slow under emulation, and it would slow the
+ * workers that read them. Values below FLT_MIN (1.2e-38) become 0 instead. */
+static unsigned ftz_enter(void)
+{
+#if defined(__SSE2__)
+    unsigned old = _mm_getcsr();
+    _mm_setcsr(old | 0x8040u); /* FTZ (bit 15) | DAZ (bit 6) */
+    return old;
+#else
+    return 0;
+#endif
+}
+
+static void ftz_leave(unsigned old)
+{
+#if defined(__SSE2__)
+    _mm_setcsr(old);
+#else
+    (void)old;
+#endif
+}
+
+/* Sleep until the stop request, or until the monotonic time until_ns
+ * (0: no bound). */
+static void sleep_until_stop(shs_shadow_t *sh, uint64_t until_ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(until_ns / 1000000000u),
+                          .tv_nsec = (long)(until_ns % 1000000000u)};
+    pthread_mutex_lock(&sh->lock);
+    while (!shs__shadow_stop_requested(sh)) {
+        if (until_ns == 0)
+            pthread_cond_wait(&sh->cond, &sh->lock);
+        else if (pthread_cond_timedwait(&sh->cond, &sh->lock, &ts) == ETIMEDOUT)
+            break;
+    }
+    pthread_mutex_unlock(&sh->lock);
+}
+
+/* Between two rounds that started at t0. */
+static void pause_after(shs_shadow_t *sh, uint64_t t0)
+{
+    if (sh->size - sh->view.ndead <= 1) {
+        /* nobody left to sync with, ever (a one-rank job, or every peer
+         * failed or ended): sleep until the stop instead of spinning */
+        sleep_until_stop(sh, 0);
+        return;
+    }
+    if (sh->round_peers == 0) {
+        /* nobody to sync with now: look again after the longest nap */
+        long ns = shs__shadow_nap_max_ns(sh);
+        struct timespec ts = {.tv_sec = ns / 1000000000L, .tv_nsec = ns % 1000000000L};
+        nanosleep(&ts, NULL);
+    }
+    uint64_t until = t0 + (uint64_t)sh->cfg.min_interval_us * 1000u;
+    if (sh->cfg.min_interval_us != 0 && shs__now_ns() < until)
+        sleep_until_stop(sh, until);
+}
+
+static void *shadow_main(void *arg)
+{
+    shs_shadow_t *sh = arg;
+    shs__ctx_adopt(sh->ctx); /* lent by shs_shadow_start until the join */
+    pin_self(sh);
+    (void)ftz_enter(); /* this thread's own state: nothing to restore */
+    sh->bmuf = sh->cfg.bmuf_bg; /* S-BMUF's defaults (shadow.h) */
+    for (;;) {
+        if (shs__shadow_stop_requested(sh) && (sh->ops->leave == NULL || !sh->ops->leave(sh)))
+            break;
+        uint64_t t0 = shs__now_ns();
+        shs_status_t st = run_round(sh);
+        if (st == SHS_ERR_CANCELED)
+            continue; /* a stop: the path may need a round to leave */
+        if (sh->poisoned) {
+            SHS_ERROR("shadow: stopping the shadow thread after %s", shs_status_string(st));
+            break;
+        }
+        pause_after(sh, t0);
+    }
+    if (sh->ops->quiesce != NULL)
+        sh->ops->quiesce(sh);
+    shs__check_failures(sh);
+    __atomic_store_n(&sh->hdr->stopped, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+shs_status_t shs_shadow_start(shs_shadow_t *sh)
+{
+    if (sh == NULL)
+        return SHS_ERR_INVALID_ARG;
+    if (atomic_load(&sh->running) || sh->poisoned)
+        return SHS_ERR_BAD_STATE;
+    if (sh->leaving || sh->finished)
+        return SHS_ERR_BAD_STATE; /* the ring's members count this rank as gone, or done */
+    if (shs_region_check(sh->model) != SHS_OK)
+        return SHS_ERR_BAD_STATE; /* the model was freed while registered (logged) */
+    if (shs__ctx_lend(sh->ctx, "a shadow engine's thread") != SHS_OK)
+        return SHS_ERR_BAD_STATE; /* another engine's thread runs on this context (logged) */
+    sh->ran_background = true;
+    atomic_store(&sh->stop_req, false);
+    __atomic_store_n(&sh->hdr->stopped, 0, __ATOMIC_RELEASE);
+    atomic_store(&sh->st.run_start_ns, shs__now_ns());
+    atomic_store(&sh->running, 1);
+    int rc = pthread_create(&sh->thread, NULL, shadow_main, sh);
+    if (rc != 0) {
+        atomic_store(&sh->running, 0);
+        shs__ctx_reclaim(sh->ctx);
+        SHS_ERROR("shadow: cannot create the shadow thread: %s", strerror(rc));
+        return SHS_ERR_NO_RESOURCE;
+    }
+    return SHS_OK;
+}
+
+shs_status_t shs_shadow_stop(shs_shadow_t *sh)
+{
+    if (sh == NULL)
+        return SHS_ERR_INVALID_ARG;
+    if (!atomic_load(&sh->running))
+        return SHS_OK;
+    pthread_mutex_lock(&sh->lock);
+    atomic_store_explicit(&sh->stop_req, true, memory_order_release);
+    pthread_cond_broadcast(&sh->cond);
+    pthread_mutex_unlock(&sh->lock);
+    pthread_join(sh->thread, NULL);
+    shs__ctx_reclaim(sh->ctx);
+    atomic_store_explicit(&sh->stop_req, false, memory_order_release);
+    shs__stat_add(&sh->st.run_ns_total, shs__now_ns() - atomic_load(&sh->st.run_start_ns));
+    atomic_store(&sh->running, 0);
+    return SHS_OK;
+}
+
+shs_status_t shs_shadow_sync(shs_shadow_t *sh)
+{
+    if (sh == NULL)
+        return SHS_ERR_INVALID_ARG;
+    if (atomic_load(&sh->running) || sh->poisoned || sh->finished)
+        return SHS_ERR_BAD_STATE;
+    if (sh->ran_background) {
+        /* the ranks' round counters parted while their threads ran (each
+         * stopped at its own round), and stopped ranks are skipped by their
+         * peers: a foreground round now would include a peer on one side
+         * only and break the sum */
+        SHS_ERROR("shs_shadow_sync: refused: this engine ran in the background "
+                  "(shs_shadow_start); foreground rounds cannot follow a background run on "
+                  "one engine: destroy it and create a new one (collective) for them");
+        return SHS_ERR_BAD_STATE;
+    }
+    unsigned csr = ftz_enter(); /* the caller's thread: restored below */
+    sh->bmuf = sh->cfg.bmuf_fg; /* FR-BMUF's defaults */
+    shs_status_t st = run_round(sh);
+    ftz_leave(csr);
+    return st;
+}
+
+/* MA, BMUF: the replicas become their exact mean, so each rank's own model
+ * no longer carries the drift since its last round. */
+shs_status_t shs__finish_mean(shs_shadow_t *sh)
+{
+    shs_coll_t *coll = NULL;
+    shs_status_t st = shs__shadow_coll(sh, &coll);
+    if (st == SHS_OK)
+        st = shs_allreduce_region(coll, NULL, sh->model, sh->model_off, sh->n,
+                                  SHS_DTYPE_FLOAT32, SHS_REDUCE_AVG);
+    shs_coll_destroy(coll);
+    return st;
+}
+
+shs_status_t shs_shadow_finish(shs_shadow_t *sh)
+{
+    if (sh == NULL)
+        return SHS_ERR_INVALID_ARG;
+    if (atomic_load(&sh->running)) {
+        SHS_ERROR("shs_shadow_finish: refused: the shadow thread runs (shs_shadow_stop first)");
+        return SHS_ERR_BAD_STATE;
+    }
+    if (sh->view.ndead > 0) {
+        SHS_ERROR("shs_shadow_finish: %d peer(s) failed or gone: the ranks cannot be settled "
+                  "(their models stay as they are)", sh->view.ndead);
+        return SHS_ERR_PEER_FAILED;
+    }
+    /* every write this rank made has landed (flush), and so has every
+     * rank's (barrier); then the path settles */
+    shs_status_t st = shs_flush(sh->ctx, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT);
+    if (st == SHS_OK)
+        st = shs_ctx_barrier(sh->ctx);
+    if (st == SHS_OK)
+        st = sh->ops->finish(sh);
+    sh->finished = true;
+    if (st != SHS_OK)
+        shs__shadow_note_error(sh, st);
+    return st;
+}
