@@ -1,6 +1,7 @@
 /*
  * shs_knobs: the SHS_* knob table as markdown, from the table itself
- * (runtime/config.c), so that docs/knobs.md never drifts from the code.
+ * (every layer's table, runtime/knob.h), so that docs/knobs.md never
+ * drifts from the code.
  *
  *   shs_knobs                  print the table
  *   shs_knobs --check FILE     exit 1 when FILE's table (between the markers
