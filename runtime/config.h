@@ -1,9 +1,10 @@
 /*
- * Internal configuration: one table of SHS_* knobs (name, default, help,
- * parser, and the reason for each default beside it in config.c), read once
- * from the environment into a shs__config_t. Parameter structs of the public
- * API override individual fields after loading. At SHS_LOG=info every knob
- * that the environment changed is printed once.
+ * Internal configuration: the SHS_* knobs, declared by each layer in a table
+ * of its own (runtime/knob.h: name, default, help, parser, and the reason for
+ * each default beside it), read once from the environment into a
+ * shs__config_t. Parameter structs of the public API override individual
+ * fields after loading. At SHS_LOG=info every knob that the environment
+ * changed is printed once.
  *
  * Rank and size also come from launchers when SHS_RANK/SHS_SIZE are unset:
  * Open MPI (OMPI_COMM_WORLD_RANK/SIZE), PMI (PMI_RANK/PMI_SIZE), PMIx
@@ -31,15 +32,18 @@ typedef enum shs__tristate {
     SHS_TRI_ON = 1
 } shs__tristate_t;
 
+/* The fields every table resolves into. Each group is declared (knob, default,
+ * reason) by the table named beside it; the algorithms' groups still live
+ * here because shadow.c and collective.c read them as shs__config_t fields. */
 typedef struct shs__config {
-    /* job */
+    /* job (runtime/knobs.c) */
     int rank;                  /* SHS_RANK (or launcher); -1 unknown */
     int size;                  /* SHS_SIZE (or launcher); -1 unknown */
     char bootstrap[256];       /* SHS_BOOTSTRAP "host:port" of the rendezvous */
     char job_token[128];       /* SHS_JOB_TOKEN */
     int bootstrap_timeout_ms;  /* SHS_BOOTSTRAP_TIMEOUT_MS */
     int bootstrap_handshake_ms; /* SHS_BOOTSTRAP_HANDSHAKE_TIMEOUT_MS (0: the rendezvous') */
-    /* device */
+    /* device (transport/knobs.c, down to poll_spin) */
     char device[64];           /* SHS_DEVICE ("" = first ACTIVE port) */
     int ib_port;               /* SHS_IB_PORT (0 = first ACTIVE) */
     int gid_index;             /* SHS_GID_INDEX (-1 = automatic) */
@@ -59,18 +63,18 @@ typedef struct shs__config {
     size_t msg_size;           /* SHS_MSG_SIZE bytes per receive buffer (0 = no two-sided messages) */
     int op_timeout_ms;         /* SHS_OP_TIMEOUT_MS bound on any wait for completions */
     int poll_spin;             /* SHS_POLL_SPIN empty polls before a wait sleeps */
-    /* memory */
+    /* memory (runtime/knobs.c) */
     shs__tristate_t hugepages; /* SHS_HUGEPAGES auto|on|off */
-    /* logging */
+    /* logging (runtime/knobs.c) */
     int log_level;             /* SHS_LOG */
-    /* shadow sync (algorithms/shadow.c) */
+    /* shadow sync (algorithms/shadow_knobs.c, read by algorithms/shadow.c) */
     char shadow_pin[64];       /* SHS_SHADOW_PIN auto|none|CPU list */
     int shadow_wait_ms;        /* SHS_SHADOW_WAIT_MS bound on waiting for a peer's snapshot */
     size_t shadow_chunk;       /* SHS_SHADOW_CHUNK pull granularity (bytes) */
     int shadow_backoff_us;     /* SHS_SHADOW_BACKOFF_US longest sleep between polls */
     int shadow_channel;        /* SHS_SHADOW_CHANNEL top 8 bits of the engine's immediates (-1 auto) */
     int shadow_nap;            /* SHS_SHADOW_NAP % of a pull's expected time slept, not polled */
-    /* collectives (algorithms/collective.c) */
+    /* collectives (algorithms/coll_knobs.c, read by algorithms/collective.c) */
     size_t coll_chunk;         /* SHS_COLL_CHUNK bytes per inbox slot (pipelined chunk) */
     int coll_slots;            /* SHS_COLL_SLOTS inbox slots (credits) per receiver */
     size_t coll_stage;         /* SHS_COLL_STAGE staging bytes for unregistered buffers */
@@ -81,20 +85,23 @@ typedef struct shs__config {
     size_t coll_min_chunk;     /* SHS_COLL_MIN_CHUNK smallest chunk of a short call */
 } shs__config_t;
 
+/* How the environment is read: getenv, or a fake one in tests. */
+typedef const char *(*shs__getenv_fn)(const char *name);
+
 /* Fill *cfg with defaults, then the environment (and launcher variables).
  * SHS_ERR_CONFIG, with the knob named in an error log line, for a bad value. */
 shs_status_t shs__config_load(shs__config_t *cfg);
 
 /* Same, reading variables through getenv_fn (tests inject a fake env). */
-shs_status_t shs__config_load_from(shs__config_t *cfg,
-                                   const char *(*getenv_fn)(const char *name));
+shs_status_t shs__config_load_from(shs__config_t *cfg, shs__getenv_fn getenv_fn);
 
 /* A CPU list such as "3", "2-3" or "0,2-3" (no spaces). */
 bool shs__cpulist_valid(const char *s);
 /* What a shadow thread may be pinned to: "auto", "none" or a CPU list. */
 bool shs__pin_spec_valid(const char *s);
 
-/* Print the knobs table (name, default, help) as markdown to f. */
+/* Print every registered table's knobs (name, default, help) as one
+ * markdown table to f. */
 void shs__config_print_table(FILE *f);
 
 /* The bootstrap port when neither SHS_BOOTSTRAP nor MASTER_ADDR is set:
@@ -109,9 +116,9 @@ void shs__config_print_table(FILE *f);
 shs_status_t shs__hostport_split(const char *s, char *host, size_t host_len, char *port,
                                  size_t port_len);
 
-/* The knob table, for tests and documentation: count, name and default
- * string of entry i (NULL past the end), index of a name of len bytes (-1
- * when it is not a knob). */
+/* The registered tables taken one after the other, for tests and
+ * documentation: count, name and default string of entry i (NULL past the
+ * end), index of a name of len bytes (-1 when it is not a knob). */
 size_t shs__config_knob_count(void);
 const char *shs__config_knob_name(size_t i);
 const char *shs__config_knob_default(size_t i);

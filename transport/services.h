@@ -14,11 +14,16 @@
 #include <shadowsync/status.h>
 
 #include "runtime/config.h"
+#include "runtime/knob.h"
 #include "runtime/wait.h"
 
 /* The configuration resolved once by shs_ctx_create (environment, then the
  * context's parameters). Layers above read it here, never the environment. */
 const shs__config_t *shs__ctx_config(const shs_ctx_t *ctx);
+
+/* The transport's knob table (transport/knobs.c), for the list of every
+ * layer's tables that the top of the link provides (algorithms/knobs.c). */
+extern const shs__knob_table_t shs__transport_knob_table;
 
 /* Start a bounded wait with the context's poll budget (SHS_POLL_SPIN);
  * timeout_ms < 0 means SHS_OP_TIMEOUT_MS. */

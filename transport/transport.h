@@ -45,7 +45,7 @@
 
 /* SHS_QP_TIMEOUT=auto (-1) for a device: 18 (1.07 s) on rxe, whose acks are
  * made and handled by kernel tasks of a possibly busy host, else 14 (67 ms);
- * the reasons are beside the knob in runtime/config.c. */
+ * the reasons are beside the knob in transport/knobs.c. */
 static inline int shs__qp_timeout_for(int knob, uint32_t vendor_id)
 {
     if (knob >= 0)

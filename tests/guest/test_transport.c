@@ -597,7 +597,7 @@ int main(int argc, char **argv)
         setenv("SHS_JOB_TOKEN", "transport-test-multivm", 1);
         /* No SHS_QP_TIMEOUT here: the default (auto) is 18 on rxe, since
          * 67 ms is shorter than the stalls of two emulated guests on a shared
-         * host (spurious go-back-N retransmissions, see runtime/config.c);
+         * host (spurious go-back-N retransmissions, see transport/knobs.c);
          * the test runs what a user gets. */
         g_across = true;
         if (argc == 4)

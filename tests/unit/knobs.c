@@ -1,6 +1,7 @@
 /*
  * shs_knobs: the SHS_* knob table as markdown, from the table itself
- * (runtime/config.c), so that docs/knobs.md never drifts from the code.
+ * (every layer's table, runtime/knob.h), so that docs/knobs.md never
+ * drifts from the code.
  *
  *   shs_knobs                  print the table
  *   shs_knobs --check FILE     exit 1 when FILE's table (between the markers
@@ -59,9 +60,11 @@ int main(int argc, char **argv)
     fclose(f);
     char *b = doc != NULL ? strstr(doc, BEGIN_MARK) : NULL;
     char *e = b != NULL ? strstr(b, END_MARK) : NULL;
+    int rc = 0;
     if (table == NULL || b == NULL || e == NULL) {
         fprintf(stderr, "shs_knobs: %s has no knob table markers\n", argv[2]);
-        return 2;
+        rc = 2;
+        goto out;
     }
     b += strlen(BEGIN_MARK);
     bool same = (size_t)(e - b) == tlen && memcmp(b, table, tlen) == 0;
@@ -69,15 +72,19 @@ int main(int argc, char **argv)
         if (!same)
             fprintf(stderr, "shs_knobs: the knob table in %s is out of date; run "
                             "`shs_knobs --update %s`\n", argv[2], argv[2]);
-        return same ? 0 : 1;
+        rc = same ? 0 : 1;
+        goto out;
     }
     if (same)
-        return 0;
+        goto out;
     f = fopen(argv[2], "w");
     if (f == NULL || fwrite(doc, 1, (size_t)(b - doc), f) != (size_t)(b - doc) ||
         fwrite(table, 1, tlen, f) != tlen || fputs(e, f) == EOF || fclose(f) != 0) {
         perror(argv[2]);
-        return 2;
+        rc = 2;
     }
-    return 0;
+out:
+    free(table);
+    free(doc);
+    return rc;
 }

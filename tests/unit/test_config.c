@@ -3,8 +3,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "algorithms/knobs.h"
 #include "runtime/config.h"
+#include "runtime/knob.h"
 #include "runtime/log.h"
+#include "transport/services.h"
+#include "transport/transport.h"
 #include "log_capture.h"
 #include "unit.h"
 
@@ -445,15 +449,26 @@ START_TEST(test_load_from_process_env)
 }
 END_TEST
 
-START_TEST(test_print_table)
+/* The printed knob table, NUL-terminated, in a static buffer; *len_p its length. */
+static const char *printed_table(size_t *len_p)
 {
+    static char buf[16384];
     FILE *f = tmpfile();
-    char buf[8192];
+    ck_assert_ptr_nonnull(f);
     shs__config_print_table(f);
     rewind(f);
     size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    ck_assert_msg(feof(f), "the knob table outgrew the test's buffer");
     buf[n] = '\0';
     fclose(f);
+    *len_p = n;
+    return buf;
+}
+
+START_TEST(test_print_table)
+{
+    size_t n;
+    const char *buf = printed_table(&n);
     size_t lines = 0;
     for (size_t i = 0; i < n; i++)
         lines += buf[i] == '\n';
@@ -461,6 +476,60 @@ START_TEST(test_print_table)
     ck_assert_int_eq(strncmp(buf, "| knob | default | meaning |\n| --- | --- | --- |\n", 48), 0);
     ck_assert_ptr_nonnull(strstr(buf, "\n| `SHS_QP_RNR_RETRY` | `6` | "));
     ck_assert_ptr_nonnull(strstr(buf, "\n| `SHS_DEVICE` | `\"\"` | "));
+}
+END_TEST
+
+static bool table_has(const shs__knob_table_t *t, const char *name)
+{
+    for (size_t i = 0; i < t->count; i++)
+        if (strcmp(t->knobs[i].name, name) == 0)
+            return true;
+    return false;
+}
+
+/* Knobs declared by the tables of the layers above the runtime
+ * (transport/knobs.c, algorithms/coll_knobs.c) reach the misspelling check,
+ * the table printer and the resolution through the registered list, and a
+ * context parameter still wins over the environment. Runs in Check's forked
+ * child, so setenv stays there. */
+START_TEST(test_layer_tables_registered)
+{
+    ck_assert(table_has(&shs__transport_knob_table, "SHS_RQ_DEPTH"));
+    ck_assert(table_has(&shs__coll_knob_table, "SHS_COLL_SLOTS"));
+    ck_assert(!table_has(&shs__runtime_knob_table, "SHS_RQ_DEPTH"));
+    ck_assert(!table_has(&shs__runtime_knob_table, "SHS_COLL_SLOTS"));
+
+    shs__config_t c;
+    setenv("SHS_RQ_DEPHT", "8", 1);
+    setenv("SHS_COLL_SLOT", "2", 1);
+    ck_assert_int_eq(shs__config_load(&c), SHS_OK);
+    const char *out = captured();
+    ck_assert_ptr_nonnull(strstr(out, "warn: SHS_RQ_DEPHT is not a knob (ignored); did you "
+                                      "mean SHS_RQ_DEPTH?\n"));
+    ck_assert_ptr_nonnull(strstr(out, "warn: SHS_COLL_SLOT is not a knob (ignored); did you "
+                                      "mean SHS_COLL_SLOTS?\n"));
+
+    size_t n;
+    const char *buf = printed_table(&n);
+    ck_assert_ptr_nonnull(
+        strstr(buf, "\n| `SHS_RQ_DEPTH` | `256` | receive queue depth per QP |\n"));
+    ck_assert_ptr_nonnull(strstr(buf, "\n| `SHS_COLL_SLOTS` | `4` | "));
+
+    char sysfs[256];
+    const char *const env[] = {"SHS_RANK", "1", "SHS_SIZE", "4", "SHS_RQ_DEPTH", "64",
+                               "SHS_OP_TIMEOUT_MS", "77", "SHS_COLL_SLOTS", "9", NULL};
+    ck_assert_int_eq(load(&c, env), SHS_OK);
+    ck_assert_int_eq(c.rq_depth, 64);
+    ck_assert_int_eq(c.coll_slots, 9);
+    shs_ctx_params_t p = {
+        .field_mask = SHS_CTX_PARAM_RQ_DEPTH | SHS_CTX_PARAM_OP_TIMEOUT,
+        .rq_depth = 8,
+        .op_timeout_ms = 500,
+    };
+    ck_assert_int_eq(shs__ctx_params_apply(&p, &c, sysfs, sizeof(sysfs)), SHS_OK);
+    ck_assert_int_eq(c.rq_depth, 8);
+    ck_assert_int_eq(c.op_timeout_ms, 500);
+    ck_assert_int_eq(c.coll_slots, 9);
 }
 END_TEST
 
@@ -508,6 +577,7 @@ Suite *config_suite(void)
     tcase_add_test(tc, test_load_from_process_env);
     tcase_add_test(tc, test_print_table);
     tcase_add_test(tc, test_hostport_split);
+    tcase_add_test(tc, test_layer_tables_registered);
     suite_add_tcase(s, tc);
     return s;
 }

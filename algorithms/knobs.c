@@ -1,0 +1,17 @@
+/*
+ * Every layer's knob table, in the order the README lists them and the
+ * tables resolve (runtime/knob.h says why this is a list the top of the link
+ * provides and not constructors). A layer's new table is added here.
+ */
+#include <stddef.h>
+
+#include "algorithms/knobs.h"
+#include "transport/services.h"
+
+const shs__knob_table_t *const shs__knob_tables[] = {
+    &shs__runtime_knob_table,
+    &shs__transport_knob_table,
+    &shs__shadow_knob_table,
+    &shs__coll_knob_table,
+    NULL,
+};

@@ -1,0 +1,11 @@
+/* The algorithms' knob tables, listed with every other layer's in
+ * algorithms/knobs.c. */
+#ifndef SHS_ALGORITHMS_KNOBS_H
+#define SHS_ALGORITHMS_KNOBS_H
+
+#include "runtime/knob.h"
+
+extern const shs__knob_table_t shs__shadow_knob_table; /* algorithms/shadow_knobs.c */
+extern const shs__knob_table_t shs__coll_knob_table;   /* algorithms/coll_knobs.c */
+
+#endif

@@ -1,0 +1,166 @@
+/* The ranks other than 0: connect, prove the token, check rank 0's proof. */
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/boot/boot.h"
+#include "runtime/log.h"
+
+/* Connect retries start fast (rank 0 is usually up within milliseconds on a
+ * single host) and back off to 1 s so hundreds of ranks waiting on a slow
+ * rank 0 do not flood it with SYNs. */
+#define CONNECT_BACKOFF_FIRST_MS 10
+#define CONNECT_BACKOFF_MAX_MS 1000
+
+static int connect_once(const char *host, const char *port, shs__deadline_t dl, int *err_p)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *ai, *a;
+    int rc = getaddrinfo(host, port, &hints, &ai);
+
+    if (rc != 0) {
+        *err_p = rc == EAI_SYSTEM ? errno : EHOSTUNREACH;
+        return -1;
+    }
+    int fd = -1;
+    for (a = ai; a != NULL && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            *err_p = errno;
+            continue;
+        }
+        if (connect(fd, a->ai_addr, a->ai_addrlen) < 0) {
+            int e = errno;
+            if (e == EINPROGRESS) {
+                struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+                socklen_t el = sizeof(e);
+                int n;
+                do
+                    n = poll(&pfd, 1, shs__deadline_remaining_ms(dl));
+                while (n < 0 && errno == EINTR);
+                if (n == 0)
+                    e = ETIMEDOUT;
+                else if (n < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) < 0)
+                    e = errno;
+            }
+            if (e != 0) {
+                *err_p = e;
+                close(fd);
+                fd = -1;
+            }
+        }
+    }
+    freeaddrinfo(ai);
+    if (fd >= 0 && shs__boot_socket_options(fd) < 0) {
+        *err_p = errno;
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+
+/* Expect a handshake frame of `type` and exactly len payload bytes from rank 0
+ * (or its error frame). */
+static shs_status_t join_expect(shs__boot_t *b, uint16_t type, void *payload, uint32_t len,
+                                shs__deadline_t dl, const char *what)
+{
+    shs__boot_hdr_t h;
+    shs_status_t st = shs__boot_recv_hdr(&b->root, &h, dl, 0, what);
+    if (st != SHS_OK)
+        return st;
+    if (h.type == FT_ERROR)
+        return shs__boot_recv_error(&b->root, &h, dl, what);
+    if (h.type != type || h.length != len) {
+        SHS_ERROR("unexpected bootstrap frame type %u (length %u) from rank 0 during %s",
+                  h.type, h.length, what);
+        return SHS_ERR_PROTOCOL;
+    }
+    st = shs__boot_recv_body(&b->root, payload, len, dl, 0, what);
+    if (st == SHS_OK)
+        st = shs__boot_recv_end(&b->root, dl, 0, what);
+    return st;
+}
+
+/* The first MAC of a process loads and initialises the crypto library's
+ * provider, which took seconds in a loaded emulated guest with eight ranks
+ * starting at once: do it before any handshake deadline starts counting. */
+shs_status_t shs__boot_warm_up(const char *token)
+{
+    shs__boot_hello_t hello = {0};
+    uint8_t nonce[SHS_BOOT_NONCE_LEN] = {0}, proof[SHS_BOOT_PROOF_LEN];
+
+    /* the random generator too: rank 0 draws its first nonce for a
+     * challenge, with the joiner's handshake deadline running */
+    shs_status_t st = shs__random(nonce, sizeof(nonce));
+    if (st != SHS_OK)
+        return st;
+    return shs__boot_proof(token, SHS_BOOT_PROOF_JOIN, &hello, nonce, proof);
+}
+
+shs_status_t shs__boot_join(shs__boot_t *b, const char *host, const char *port,
+                            shs__deadline_t dl)
+{
+    int backoff = CONNECT_BACKOFF_FIRST_MS;
+    int err = 0, tries = 0;
+    int fd;
+    shs__boot_hello_t hello = {.rank = (uint32_t)b->rank, .size = (uint32_t)b->size};
+    uint8_t raw[SHS_BOOT_HELLO_LEN], nonce_root[SHS_BOOT_NONCE_LEN];
+    uint8_t proof[SHS_BOOT_PROOF_LEN], theirs[SHS_BOOT_PROOF_LEN];
+
+    /* Before connecting: the first use of the random generator seeds it,
+     * which must not count against rank 0's handshake deadline. */
+    shs_status_t st = shs__random(hello.nonce, sizeof(hello.nonce));
+    if (st == SHS_OK)
+        st = shs__boot_warm_up(b->token);
+    if (st != SHS_OK)
+        return st;
+    while ((fd = connect_once(host, port, dl, &err)) < 0) {
+        tries++;
+        int left = shs__deadline_remaining_ms(dl);
+        if (left == 0) {
+            SHS_ERROR("could not reach rank 0 at %s:%s within %d ms after %d attempts "
+                      "(last error: %s); is rank 0 running and SHS_BOOTSTRAP right?",
+                      host, port, b->timeout_ms, tries, strerror(err));
+            return SHS_ERR_TIMEOUT;
+        }
+        SHS_DEBUG("rank 0 at %s:%s not reachable yet (%s), retrying in %d ms", host, port,
+                  strerror(err), backoff);
+        int ms = backoff < left ? backoff : left;
+        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        backoff = backoff * 2 < CONNECT_BACKOFF_MAX_MS ? backoff * 2 : CONNECT_BACKOFF_MAX_MS;
+    }
+    shs__boot_link_init(&b->root, fd, false);
+    snprintf(b->root.from, sizeof(b->root.from), "%s:%s", host, port);
+
+    shs__boot_hello_encode(&hello, raw);
+    st = shs__boot_send(&b->root, FT_HELLO, raw, sizeof(raw), NULL, 0, dl, 0, "hello");
+    if (st == SHS_OK)
+        st = join_expect(b, FT_CHALLENGE, nonce_root, sizeof(nonce_root), dl, "hello");
+    if (st == SHS_OK)
+        st = shs__boot_proof(b->token, SHS_BOOT_PROOF_JOIN, &hello, nonce_root, proof);
+    if (st == SHS_OK)
+        st = shs__boot_send(&b->root, FT_AUTH, proof, sizeof(proof), NULL, 0, dl, 0, "handshake");
+    if (st == SHS_OK)
+        st = join_expect(b, FT_ACCEPT, theirs, sizeof(theirs), dl, "handshake");
+    if (st == SHS_OK)
+        st = shs__boot_proof(b->token, SHS_BOOT_PROOF_ROOT, &hello, nonce_root, proof);
+    if (st != SHS_OK)
+        return st;
+    if (!shs__mac_equal(proof, theirs)) {
+        SHS_ERROR("the rank 0 at %s:%s could not prove it holds this job's token: refusing to "
+                  "join it (another job's rank 0 on this port, or an impostor)", host, port);
+        return SHS_ERR_TOKEN_MISMATCH;
+    }
+    st = shs__boot_proof(b->token, SHS_BOOT_PROOF_SESSION, &hello, nonce_root, b->root.key);
+    if (st != SHS_OK)
+        return st;
+    b->root.authed = true;
+    return join_expect(b, FT_WELCOME, NULL, 0, dl, "welcome");
+}
