@@ -13,5 +13,6 @@ const shs__knob_table_t *const shs__knob_tables[] = {
     &shs__transport_knob_table,
     &shs__shadow_knob_table,
     &shs__coll_knob_table,
+    &shs__emb_knob_table,
     NULL,
 };

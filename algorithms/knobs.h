@@ -7,5 +7,6 @@
 
 extern const shs__knob_table_t shs__shadow_knob_table; /* algorithms/shadow_knobs.c */
 extern const shs__knob_table_t shs__coll_knob_table;   /* algorithms/coll_knobs.c */
+extern const shs__knob_table_t shs__emb_knob_table;    /* algorithms/emb_knobs.c */
 
 #endif

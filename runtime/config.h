@@ -83,6 +83,9 @@ typedef struct shs__config {
     int coll_sleep_us;         /* SHS_COLL_SLEEP_US longest sleep of a waiting rank (0: yield) */
     size_t coll_eager;         /* SHS_COLL_EAGER bytes of a per-sender first-chunk slot */
     size_t coll_min_chunk;     /* SHS_COLL_MIN_CHUNK smallest chunk of a short call */
+    /* embedding tables (algorithms/emb_knobs.c, read by algorithms/embedding/) */
+    int emb_owner_reads;       /* SHS_EMB_OWNER_READS auto path: owner path past this many READs */
+    int emb_apply_nap_us;      /* SHS_EMB_APPLY_NAP_US longest nap of an idle apply thread */
 } shs__config_t;
 
 /* How the environment is read: getenv, or a fake one in tests. */

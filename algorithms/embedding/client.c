@@ -152,10 +152,10 @@ static uint8_t choose_via(const shs_emb_worker_t *w, int o)
     if (e->path != SHS_EMB_PATH_AUTO)
         return e->path == SHS_EMB_PATH_OWNER ? EMB_VIA_OWNER : EMB_VIA_READ;
     uint32_t reads = 0;
-    for (uint32_t i = p->owner_start[o]; i < p->owner_start[o + 1] && reads <= EMB_AUTO_OWNER_READS;
+    for (uint32_t i = p->owner_start[o]; i < p->owner_start[o + 1] && reads <= e->owner_reads;
          i += shs__emb_plan_run(p, (uint32_t)o, i, UINT32_MAX))
         reads++;
-    return reads > EMB_AUTO_OWNER_READS ? EMB_VIA_OWNER : EMB_VIA_READ;
+    return reads > e->owner_reads ? EMB_VIA_OWNER : EMB_VIA_READ;
 }
 
 static shs_status_t post_reads(shs_emb_worker_t *w, int o)

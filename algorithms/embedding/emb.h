@@ -43,12 +43,6 @@
 #define EMB_ANSWER_MAGIC 0x5348534541534e57ull
 #define EMB_HDR_BYTES 32u
 #define EMB_ANSWER_BUFS 4 /* owner-path answers in flight per apply thread */
-/* SHS_EMB_PATH_AUTO takes the owner path for a holder once its rows would
- * need more READs than this: the owner path costs three WRITEs (the ids,
- * the rows, the stamp), the READ path one READ per run of adjacent rows,
- * and on a message-bound device (Soft-RoCE) messages are the cost */
-#define EMB_AUTO_OWNER_READS 3
-
 enum { EMB_VIA_NONE = 0, EMB_VIA_LOCAL, EMB_VIA_READ, EMB_VIA_OWNER };
 
 typedef struct emb_hdr {
@@ -95,6 +89,8 @@ struct shs_emb {
     shs_emb_path_t path;
     int op_timeout_ms;
     unsigned spin;
+    uint32_t owner_reads;     /* SHS_EMB_OWNER_READS */
+    long apply_nap_ns;        /* SHS_EMB_APPLY_NAP_US */
     shs__emb_layout_t layout;
     int *holder_rank;         /* holder index -> rank */
     int *holder_of;           /* rank -> holder index, or -1 */

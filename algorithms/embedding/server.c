@@ -11,11 +11,6 @@
 #include "runtime/log.h"
 #include "transport/services.h"
 
-/* An idle apply thread naps up to this between sweeps of its inbox: 200 us
- * adds at most that to an update's latency and keeps an idle holder's CPU
- * free for the workers that share it. */
-#define APPLY_NAP_MAX_NS 200000L
-
 static void apply_rows(shs_emb_t *e, const uint64_t *loc, const float *g, uint32_t cnt, int from)
 {
     for (uint32_t i = 0; i < cnt; i++) {
@@ -136,7 +131,7 @@ static void *apply_main(void *arg)
     shs_emb_t *e = arg;
     shs__waiter_t wt;
     shs__waiter_init(&wt, e->spin, -1);
-    shs__waiter_nap_max(&wt, APPLY_NAP_MAX_NS);
+    shs__waiter_nap_max(&wt, e->apply_nap_ns);
     while (!atomic_load_explicit(&e->apply_stop, memory_order_acquire)) {
         uint64_t taken = 0;
         for (int r = 0; r < e->size; r++)

@@ -252,6 +252,8 @@ shs_status_t shs_emb_create(shs_ctx_t *ctx, const shs_emb_params_t *params, shs_
     const shs__config_t *cfg = shs__ctx_config(ctx);
     e->op_timeout_ms = cfg->op_timeout_ms;
     e->spin = cfg->poll_spin < 0 ? 0u : (unsigned)cfg->poll_spin;
+    e->owner_reads = (uint32_t)cfg->emb_owner_reads;
+    e->apply_nap_ns = (long)cfg->emb_apply_nap_us * 1000L;
     atomic_init(&e->apply_stop, false);
 
     shs_status_t st = resolve(e, params);

@@ -104,6 +104,8 @@ static const char *const every_knob[] = {
     "SHS_COLL_SLEEP_US", "0",
     "SHS_COLL_EAGER", "0",
     "SHS_COLL_MIN_CHUNK", "4k",
+    "SHS_EMB_OWNER_READS", "9",
+    "SHS_EMB_APPLY_NAP_US", "15",
     "SHS_POLL_SPIN", "123456",
     NULL,
 };
@@ -151,6 +153,8 @@ START_TEST(test_every_knob_parses)
     ck_assert_int_eq(c.coll_sleep_us, 0);
     ck_assert_uint_eq(c.coll_eager, 0);
     ck_assert_uint_eq(c.coll_min_chunk, 4096);
+    ck_assert_int_eq(c.emb_owner_reads, 9);
+    ck_assert_int_eq(c.emb_apply_nap_us, 15);
     ck_assert_int_eq(c.poll_spin, 123456);
 }
 END_TEST

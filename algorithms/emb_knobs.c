@@ -1,0 +1,25 @@
+/*
+ * The embedding tables' knobs (algorithms/embedding/): when a lookup asks a
+ * holder to pack its rows rather than reading them, and how long an idle
+ * apply thread naps. They resolve into the context's shs__config_t like
+ * every other table, where the tables read them at create.
+ */
+#include "algorithms/knobs.h"
+
+static const shs__knob_t emb_knobs[] = {
+    /* 3: the owner path costs three WRITEs (the ids, the rows, the stamp)
+     * and the READ path one READ per run of adjacent rows; on a device that
+     * moves few messages per second (Soft-RoCE under TCG: ~20k) messages
+     * are the cost. On a NIC that moves tens of millions, raise it: READs
+     * cost the holder no CPU. */
+    SHS_KNOB_INT("SHS_EMB_OWNER_READS", emb_owner_reads, "3", 0, 1 << 30,
+                 "embedding lookups (path auto): a holder packs its rows itself once "
+                 "reading them would take more READs than this"),
+    /* 200 us: at most that is added to an update's latency by an idle
+     * holder, whose CPU stays free for the workers that share it. */
+    SHS_KNOB_INT("SHS_EMB_APPLY_NAP_US", emb_apply_nap_us, "200", 1, 1000000,
+                 "embedding holders: longest nap of an idle apply thread between sweeps of "
+                 "its inbox (us)"),
+};
+
+const shs__knob_table_t shs__emb_knob_table = SHS_KNOB_TABLE("algorithms", emb_knobs, NULL);
