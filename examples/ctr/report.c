@@ -9,15 +9,22 @@
 
 #include "trainer.h"
 
+/* DIR/<label>.rank<r>.<ext> of --out DIR, open for writing. */
+static FILE *open_out(const ctr_run_t *r, const char *ext)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s.rank%d.%s", r->o.out, r->o.label, r->rank, ext);
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        ctr_die("cannot write %s: %s", path, strerror(errno));
+    return f;
+}
+
 void ctr_write_json(const ctr_run_t *r, const ctr_result_t *res)
 {
     if (r->o.out == NULL)
         return;
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/%s.rank%d.json", r->o.out, r->o.label, r->rank);
-    FILE *f = fopen(path, "w");
-    if (f == NULL)
-        ctr_die("cannot write %s: %s", path, strerror(errno));
+    FILE *f = open_out(r, "json");
     fprintf(f,
             "{\"label\": \"%s\", \"mode\": \"%s\", \"ds\": %d, \"rank\": %d, \"size\": %d, "
             "\"workers\": %d, \"params\": %zu, \"examples\": %llu, \"train_s\": %.4f, "
@@ -31,7 +38,8 @@ void ctr_write_json(const ctr_run_t *r, const ctr_result_t *res)
             "\"curve\": [",
             r->o.label, r->o.mode, r->o.ds, r->rank, r->size, r->o.workers, r->lay.count,
             (unsigned long long)res->examples, res->train_s, res->eps, res->train_ne,
-            res->eval_ne, res->auc, res->avg_ne, res->avg_auc, (unsigned long long)res->rounds, res->syncs_per_min,
+            res->eval_ne, res->auc, res->avg_ne, res->avg_auc, (unsigned long long)res->rounds,
+            res->syncs_per_min,
             res->round_ms, res->wait_ms, res->staleness_ms, (unsigned long long)res->bytes,
             (unsigned long long)res->errors, (unsigned long long)res->skipped,
             (unsigned long long)res->torn, (unsigned long long)(r->foreground ? r->o.fr_every : 0),
@@ -47,10 +55,9 @@ void ctr_write_json(const ctr_run_t *r, const ctr_result_t *res)
             fin != NULL ? fin[r->lay.b2] : 0.0);
     fclose(f);
     if (r->o.dump && fin != NULL) {
-        snprintf(path, sizeof(path), "%s/%s.rank%d.model", r->o.out, r->o.label, r->rank);
-        f = fopen(path, "wb");
-        if (f == NULL || fwrite(fin, sizeof(float), r->lay.count, f) != r->lay.count)
-            ctr_die("cannot write %s", path);
+        f = open_out(r, "model");
+        if (fwrite(fin, sizeof(float), r->lay.count, f) != r->lay.count)
+            ctr_die("cannot write the model: %s", strerror(errno));
         fclose(f);
     }
 }
@@ -59,11 +66,7 @@ void ctr_write_trace(const ctr_run_t *r, const double (*trace)[4], int n)
 {
     if (!r->o.dump || r->o.out == NULL)
         return;
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/%s.rank%d.trace", r->o.out, r->o.label, r->rank);
-    FILE *f = fopen(path, "w");
-    if (f == NULL)
-        ctr_die("cannot write %s: %s", path, strerror(errno));
+    FILE *f = open_out(r, "trace");
     for (int i = 0; i < n; i++)
         fprintf(f, "%.4f %.6f %.6f %.0f\n", trace[i][0], trace[i][1], trace[i][2], trace[i][3]);
     fclose(f);
