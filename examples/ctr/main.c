@@ -25,7 +25,7 @@
  * of G, the general one otherwise) instead of all ranks.
  *
  * Output: one line per rank on stdout, and with --out DIR a JSON file per
- * rank (DIR/<label>.rank<r>.json) that tools/shs_report (ctr-report) turns
+ * rank (DIR/<label>.rank<r>.json) that `tools/shs-report ctr` turns
  * into the table and the picture. --sync-only S measures the shadow engine alone
  * (no workers) for S seconds: syncs per minute for the model size.
  *

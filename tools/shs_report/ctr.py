@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
-"""ctr-report: the table and the picture of a set of shs-ctr runs.
+"""The table and the picture of a set of shs-ctr runs.
 
-    tools/ctr-report.py DIR [--svg FILE] [--order LABEL,LABEL,...] [--markdown]
+    tools/shs-report ctr DIR [--svg FILE] [--order LABEL,LABEL,...] [--markdown]
 
 reads DIR/<label>.rank<r>.json (written by `shs-ctr --out DIR`), and prints
 one row per label: ranks, EPS (examples per second, summed over the ranks),
@@ -12,34 +11,14 @@ one-process reference), the eval NE of the average of the ranks' final
 models (sync modes: one allreduce after training), AUC. With --svg, draws
 rank 0's eval NE against examples seen (all ranks together), one line per
 label.
-Python 3 standard library only.
 """
 import argparse
-import glob
-import json
-import os
-import re
 import sys
-from collections import OrderedDict
+
+from . import load_runs, mean
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
           "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
-
-
-def load(d):
-    runs = OrderedDict()
-    for f in sorted(glob.glob(os.path.join(d, "*.rank*.json"))):
-        m = re.match(r"(.*)\.rank(\d+)\.json$", os.path.basename(f))
-        if not m:
-            continue
-        with open(f) as fh:
-            runs.setdefault(m.group(1), []).append(json.load(fh))
-    return runs
-
-
-def mean(xs):
-    xs = list(xs)
-    return sum(xs) / len(xs) if xs else float("nan")
 
 
 def summarize(label, ranks):
@@ -168,17 +147,17 @@ def svg(rows, path, title):
     return True
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="shs-report ctr", description=__doc__.splitlines()[0])
     ap.add_argument("dir")
     ap.add_argument("--svg")
     ap.add_argument("--order", help="comma-separated labels, in table order")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--title", default="Hogwild CTR trainer: eval NE against examples seen")
-    a = ap.parse_args()
-    runs = load(a.dir)
+    a = ap.parse_args(argv)
+    runs = load_runs(a.dir)
     if not runs:
-        print(f"ctr-report: no results in {a.dir}", file=sys.stderr)
+        print(f"shs-report ctr: no results in {a.dir}", file=sys.stderr)
         return 1
     rows = [summarize(k, v) for k, v in runs.items()]
     if a.order:
@@ -188,7 +167,3 @@ def main():
     if a.svg and svg(rows, a.svg, a.title):
         print(f"picture: {a.svg}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
