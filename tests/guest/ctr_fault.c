@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "trainer.h"
@@ -99,9 +98,16 @@ int main(int argc, char **argv)
     if (rest == NULL)
         return 1;
     int n = 0;
-    for (int i = 0; i < argc; i++)
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+            printf("shs-ctr-fault: shs-ctr with fault injection (tests only)\n"
+                   "  --kill-rank R --kill-at F   rank R SIGKILLs itself at fraction F of its pass\n"
+                   "  --fault-cmd CMD   with --kill-rank: run CMD instead and train on\n"
+                   "  --hold S          S modes: after the pass sync on until a peer failure\n"
+                   "                    is seen or S seconds pass\n");
         if (i == 0 || !fault_option(argc, argv, &i))
             rest[n++] = argv[i];
+    }
     int rc = ctr_main(n, rest, &hooks);
     free(rest);
     return rc;
