@@ -1,12 +1,12 @@
 /*
  * What every guest test program shares: exit codes for CTest, failing with
- * the rank named, status checks, a clock, and the look for an RDMA device.
+ * the rank named, status checks, a clock, and (tools/rdma_device.h) the look
+ * for an RDMA device.
  * Each test is one translation unit that includes this once.
  */
 #ifndef SHS_TESTS_GUEST_HARNESS_H
 #define SHS_TESTS_GUEST_HARNESS_H
 
-#include <dirent.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -14,6 +14,8 @@
 #include <time.h>
 
 #include <shadowsync/shadowsync.h>
+
+#include "../../tools/rdma_device.h" /* have_rdma_device() */
 
 #define RC_OK 0
 #define RC_FAIL 1
@@ -57,22 +59,6 @@ static inline double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Whether this machine has an RDMA device. It looks in sysfs, not through
- * verbs: nothing may open the device before a test forks its ranks or
- * creates its context. */
-static inline bool have_rdma_device(void)
-{
-    DIR *d = opendir("/sys/class/infiniband");
-    bool found = false;
-    if (d == NULL)
-        return false;
-    for (struct dirent *e; (e = readdir(d)) != NULL;)
-        if (e->d_name[0] != '.')
-            found = true;
-    closedir(d);
-    return found;
 }
 
 #endif
