@@ -12,13 +12,17 @@ PKGS=(
     libssl-dev
     valgrind clang libclang-rt-14-dev
     qemu-system-x86 busybox-static cpio kmod
+    openmpi-bin libopenmpi-dev
+    shellcheck
 )
+# Open MPI: the guest test rdma.mpirun.* starts the ranks with mpirun (the
+# library finds rank and size itself); shellcheck: unit.shellcheck.
 # --compare: also the peers of the side-by-side comparisons: Gloo with its
-# ibverbs transport, Open MPI and a C++ compiler for the Gloo driver
+# ibverbs transport and a C++ compiler for the Gloo driver
 # (tools/allreduce-compare), Redis and hiredis (tools/emb-compare). The
 # library, its tests and CI never need them.
 if [ "${1:-}" = "--compare" ]; then
-    PKGS+=(g++ libgloo-dev openmpi-bin libopenmpi-dev redis-server libhiredis-dev)
+    PKGS+=(g++ libgloo-dev redis-server libhiredis-dev)
 fi
 
 missing=()

@@ -41,6 +41,8 @@
 
 #include <shadowsync/shadowsync.h>
 
+#include "rdma_device.h"
+
 #define MAX_ITERS 100000
 
 typedef struct opts {
@@ -157,19 +159,6 @@ static int parse(int argc, char **argv, opts_t *o)
         o->iters > MAX_ITERS || o->warmup < 0)
         return 2;
     return 0;
-}
-
-static bool have_rdma_device(void)
-{
-    DIR *d = opendir("/sys/class/infiniband");
-    bool found = false;
-    if (d == NULL)
-        return false;
-    for (struct dirent *e; (e = readdir(d)) != NULL;)
-        if (e->d_name[0] != '.')
-            found = true;
-    closedir(d);
-    return found;
 }
 
 static int input(int r, size_t i)

@@ -35,6 +35,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "rdma_device.h"
+
 #define RC_SKIP 77
 #define RC_TIMEOUT 124
 #define RC_USAGE 2
@@ -46,19 +48,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static bool have_rdma_device(void)
-{
-    DIR *d = opendir("/sys/class/infiniband");
-    bool found = false;
-    if (d == NULL)
-        return false;
-    for (struct dirent *e; (e = readdir(d)) != NULL;)
-        if (e->d_name[0] != '.')
-            found = true;
-    closedir(d);
-    return found;
 }
 
 /* A port nobody listens on now; rank 0 binds it a moment later. */

@@ -11,11 +11,13 @@ timing), and with it (the default), where every rank's final model must be
 the same: the same output biases and the same eval NE, to the printed digit.
 Asserts behaviour, not speed. Exit status: 0 pass, 1 fail, 77 no RDMA device.
 """
-import json
 import os
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from shs_report import load_ranks, spread  # noqa: E402
 
 N = 4
 
@@ -31,16 +33,11 @@ def run(launch, ctr, out, label, extra):
     sys.stdout.write(p.stdout)
     if p.returncode != 0:
         return p.returncode, []
-    ranks = []
-    for r in range(N):
-        with open(os.path.join(out, f"{label}.rank{r}.json"), encoding="utf-8") as f:
-            ranks.append(json.load(f))
+    ranks = load_ranks(out, label)
+    if [r["rank"] for r in ranks] != list(range(N)):
+        print(f"FAIL: {label}: results of ranks {[r['rank'] for r in ranks]}, expected 0-{N - 1}")
+        return 1, []
     return 0, ranks
-
-
-def spread(ranks, key):
-    vals = [r[key] for r in ranks]
-    return max(vals) - min(vals)
 
 
 def main():
@@ -60,10 +57,10 @@ def main():
             return 77 if rc == 77 else 1
     for name, ranks in (("without finish", before), ("with finish", after)):
         print(f"{name}: bias + b2 spread over ranks "
-              f"{spread([{'x': r['bias'] + r['b2']} for r in ranks], 'x'):.6f}, "
-              f"eval NE spread {spread(ranks, 'eval_ne'):.6f}, rounds "
+              f"{spread(r['bias'] + r['b2'] for r in ranks):.6f}, "
+              f"eval NE spread {spread(r['eval_ne'] for r in ranks):.6f}, rounds "
               f"{[r['rounds'] for r in ranks]}")
-    bad = [k for k in ("bias", "b2", "eval_ne", "auc") if spread(after, k) != 0]
+    bad = [k for k in ("bias", "b2", "eval_ne", "auc") if spread(r[k] for r in after) != 0]
     if bad:
         print(f"FAIL: after shs_shadow_finish the ranks' final models differ in {bad}")
         return 1

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Fault test (issue 7): kill -9 one of 4 ranks during S-MA training.
 
-    fault_kill.py SHS_LAUNCH SHS_CTR [shs-ctr options...]
+    fault_kill.py SHS_LAUNCH SHS_CTR_FAULT [shs-ctr options...]
 
-Runs 4 ranks of shs-ctr under shs-launch; rank 2 sends itself SIGKILL when
+Runs 4 ranks of shs-ctr-fault (the trainer with fault injection) under
+shs-launch; rank 2 sends itself SIGKILL when
 30% of its pass is done (raise(SIGKILL): the same as kill -9 from outside,
 nothing of the process runs after it). The survivors must detect the
 failure (each says which peer failed, once), keep syncing (rounds after the
@@ -17,6 +18,9 @@ import re
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from shs_report import failure_report, finished, kill_time  # noqa: E402
 
 VICTIM = 2
 N = 4
@@ -49,34 +53,32 @@ def main():
         return 77
     if p.returncode != 0:
         bad.append("shs-launch exited with %d" % p.returncode)
-    m = re.search(r"rank %d: SIGKILL to itself at ([0-9.]+) s" % VICTIM, out)
-    if not m:
+    killed_at = kill_time(out, VICTIM)
+    if killed_at is None:
         bad.append("the victim never killed itself")
-    killed_at = float(m.group(1)) if m else 0.0
     bound = (op_ms + wait_ms) / 1000.0
     for r in range(N):
         if r == VICTIM:
             continue
-        f = re.search(r"rank %d: (\d+) failed peer\(s\), first seen at ([0-9.]+) s .*?"
-                      r"after it: ([0-9.]+) EPS, (\d+) rounds" % r, out)
-        if not f:
+        f = failure_report(out, r)
+        if f is None:
             bad.append("rank %d did not report the failed peer" % r)
             continue
-        nfail, seen, rounds_after = int(f.group(1)), float(f.group(2)), int(f.group(4))
+        nfail, seen, rounds_after = f["failed"], f["seen"], f["rounds_after"]
         # a survivor that finishes its pass late may also see an early
         # finisher go away during its last rounds (counted if it did not
         # see that peer's "stopped" first): at least the victim
         if nfail < 1:
             bad.append("rank %d counts no failed peer" % r)
-        det = seen - killed_at
+        det = seen - (killed_at or 0.0)
         print("rank %d: detected after %.3f s, %d rounds after the failure" %
               (r, det, rounds_after))
-        if m and not (0 <= det <= bound):
+        if killed_at is not None and not (0 <= det <= bound):
             bad.append("rank %d saw the failure %.3f s after the kill (bound %.0f s)" %
                        (r, det, bound))
         if rounds_after < 1:
             bad.append("rank %d ran no round after the failure" % r)
-        if not re.search(r"rank %d/%d: \d+ examples in .* eval NE [0-9.]+" % (r, N), out):
+        if not finished(out, r, N):
             bad.append("rank %d did not finish its pass and evaluate" % r)
         logs = re.findall(r"shadowsync\[rank %d\] warn: shadow: peer %d failed" % (r, VICTIM),
                           out)

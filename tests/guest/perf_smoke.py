@@ -15,9 +15,11 @@ Exit: 0 pass, 1 fail, 77 no RDMA device (CTest "Not Run").
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from shs_report import free_port  # noqa: E402
 
 TIMEOUT = 120
 LAT_KEYS = ["t_min_us", "t_max_us", "t_typical_us", "t_avg_us", "t_stdev_us", "p99_us",
@@ -25,14 +27,6 @@ LAT_KEYS = ["t_min_us", "t_max_us", "t_typical_us", "t_avg_us", "t_stdev_us", "p
 BW_KEYS = ["bw_peak", "bw_avg", "msg_rate_mpps"]
 # order statistics of one sorted sample, printed alike: exact, whatever the load
 LAT_ORDER = ["t_min_us", "t_typical_us", "p99_us", "p99_9_us", "t_max_us"]
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def run_pair(perf, test, args, env_mode=False):

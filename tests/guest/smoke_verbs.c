@@ -35,9 +35,7 @@
 
 #include <infiniband/verbs.h>
 
-#define RC_OK 0
-#define RC_FAIL 1
-#define RC_SKIP 77
+#include "harness.h"
 
 #define DEFAULT_PORT 18515
 #define CONNECT_WINDOW_S 30.0 /* the client may start before the server */
@@ -72,14 +70,6 @@ static void say(const char *fmt, ...)
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
     fprintf(stderr, "%s: %s\n", role, line);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static void nap_us(long us)

@@ -54,32 +54,11 @@
 
 #include <shadowsync/shadowsync.h>
 
-#define RC_OK 0
-#define RC_FAIL 1
-#define RC_SKIP 77
+#include "harness.h"
+
 #define CHILD_WINDOW_S 100 /* under the CTest TIMEOUT */
 #define MEMLOCK_LIMIT (64u << 10)
 #define NOBODY 65534
-
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void fail(const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "FAIL: ");
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    exit(RC_FAIL);
-}
-
-#define CHECK_EQ(expr, want)                                                          \
-    do {                                                                              \
-        shs_status_t st_ = (expr);                                                    \
-        if (st_ != (want))                                                            \
-            fail("%s:%d: %s -> %s, expected %s", __FILE__, __LINE__, #expr,           \
-                 shs_status_string(st_), shs_status_string(want));                    \
-    } while (0)
 
 static shs_ctx_t *ctx_or_fail(void)
 {
@@ -391,26 +370,6 @@ static const bad_case_t cases[] = {
     {"knobs", {{"SHS_SHADOW_WAITMS", "5"}, {"SHS_COLL_SLOTS", "5"}, {"SHS_LOG", "info"}}, case_knobs_once,
      {"1x:SHS_SHADOW_WAITMS is not a knob", "1x:SHS_COLL_SLOTS=5", "knobs: created twice"}},
 };
-
-static bool have_rdma_device(void)
-{
-    DIR *d = opendir("/sys/class/infiniband");
-    bool found = false;
-    if (d == NULL)
-        return false;
-    for (struct dirent *e; (e = readdir(d)) != NULL;)
-        if (e->d_name[0] != '.')
-            found = true;
-    closedir(d);
-    return found;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 int main(int argc, char **argv)
 {

@@ -54,38 +54,7 @@
 
 #include <shadowsync/shadowsync.h>
 
-#define RC_FAIL 1
-#define RC_SKIP 77
-
-static int g_rank = -1;
-
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void fail(const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "FAIL rank %d: ", g_rank);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    exit(RC_FAIL);
-}
-
-#define CHECK_EQ(expr, want)                                                          \
-    do {                                                                              \
-        shs_status_t st_ = (expr);                                                    \
-        if (st_ != (want))                                                            \
-            fail("%s:%d: %s -> %s, expected %s", __FILE__, __LINE__, #expr,           \
-                 shs_status_string(st_), shs_status_string(want));                    \
-    } while (0)
-#define CHECK_OK(expr) CHECK_EQ(expr, SHS_OK)
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "harness.h"
 
 /* Input of rank r at element i: a small integer in -8..8, different per
  * rank and position so a misplaced chunk shows. */
@@ -669,20 +638,6 @@ static void case_lent(shs_ctx_t *ctx)
 }
 
 /* --------------------------------------------------------------------- main */
-
-static bool have_rdma_device(void)
-{
-    /* sysfs, not verbs: nothing may open the device before the context */
-    DIR *d = opendir("/sys/class/infiniband");
-    bool found = false;
-    if (d == NULL)
-        return false;
-    for (struct dirent *e; (e = readdir(d)) != NULL;)
-        if (e->d_name[0] != '.')
-            found = true;
-    closedir(d);
-    return found;
-}
 
 int main(int argc, char **argv)
 {

@@ -24,11 +24,9 @@
  *
  * Exit status: 0 pass, 1 fail, 77 no RDMA device.
  */
-#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -40,37 +38,12 @@
 #include <shadowsync/shadowsync.h>
 
 #include "algorithms/embedding/plan.h"
+#include "harness.h"
 
-#define RC_OK 0
-#define RC_FAIL 1
-#define RC_SKIP 77
 #define ROWS 10007
 #define DIM 16
 #define BATCH 512
 #define SEED 42
-
-static int g_rank = -1;
-
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void fail(const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "FAIL rank %d: ", g_rank);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    exit(RC_FAIL);
-}
-
-#define CHECK_EQ(expr, want)                                                          \
-    do {                                                                              \
-        shs_status_t st_ = (expr);                                                    \
-        if (st_ != (want))                                                            \
-            fail("%s:%d: %s -> %s, expected %s", __FILE__, __LINE__, #expr,           \
-                 shs_status_string(st_), shs_status_string(want));                    \
-    } while (0)
-#define CHECK_OK(expr) CHECK_EQ(expr, SHS_OK)
 
 static uint64_t rng_next(uint64_t *s)
 {
@@ -375,13 +348,6 @@ static void case_shadow(shs_ctx_t *ctx)
 
 /* ------------------------------------------------------------------ kill */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void case_kill(shs_ctx_t *ctx)
 {
     enum { VICTIM = 2 };
@@ -525,19 +491,6 @@ static void case_save(shs_ctx_t *ctx)
 }
 
 /* ------------------------------------------------------------------ main */
-
-static bool have_rdma_device(void)
-{
-    DIR *d = opendir("/sys/class/infiniband");
-    bool found = false;
-    if (d == NULL)
-        return false;
-    for (struct dirent *e; (e = readdir(d)) != NULL;)
-        if (e->d_name[0] != '.')
-            found = true;
-    closedir(d);
-    return found;
-}
 
 int main(int argc, char **argv)
 {

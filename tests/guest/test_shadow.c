@@ -43,42 +43,13 @@
 #include <shadowsync/shadowsync.h>
 #include <shadowsync/shadow.h>
 
-#define RC_OK 0
-#define RC_FAIL 1
-#define RC_SKIP 77
+#include "harness.h"
+
 #define N_ELEMS 30011             /* not a multiple of anything: partial chunks and slices */
 #define CHUNK_BYTES (64 * 1024)   /* several pieces per snapshot */
 #define STALENESS_BOUND_MS 10000.0
 #define STOP_BOUND_S 15.0
 #define RUN_BOUND_S 120.0
-
-static int g_rank = -1;
-
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void fail(const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "FAIL rank %d: ", g_rank);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    exit(RC_FAIL);
-}
-
-#define CHECK_OK(expr)                                                                \
-    do {                                                                              \
-        shs_status_t st_ = (expr);                                                    \
-        if (st_ != SHS_OK)                                                            \
-            fail("%s:%d: %s -> %s", __FILE__, __LINE__, #expr, shs_status_string(st_)); \
-    } while (0)
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* Rank r's initial value of element i: spread over ranks and positions. */
 static float value(int r, size_t i)

@@ -50,50 +50,14 @@
 
 #include <shadowsync/shadowsync.h>
 
-#define RC_OK 0
-#define RC_FAIL 1
-#define RC_SKIP 77
+#include "harness.h"
+
 #define LAUNCH_WINDOW_S 240 /* under the CTest TIMEOUT */
 #define KILL_OP_TIMEOUT_MS 3000
 #define MiB ((size_t)1 << 20)
 #define MULTI_VM_PORT 18577
 
-static int g_rank = -1;
 static bool g_across; /* one rank per guest: every byte crosses the emulated link */
-
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void fail(const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "FAIL rank %d: ", g_rank);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    exit(RC_FAIL);
-}
-
-#define CHECK_OK(expr)                                                                \
-    do {                                                                              \
-        shs_status_t st_ = (expr);                                                    \
-        if (st_ != SHS_OK)                                                            \
-            fail("%s:%d: %s -> %s", __FILE__, __LINE__, #expr, shs_status_string(st_)); \
-    } while (0)
-
-#define CHECK_EQ(expr, want)                                                          \
-    do {                                                                              \
-        shs_status_t st_ = (expr);                                                    \
-        if (st_ != (want))                                                            \
-            fail("%s:%d: %s -> %s, expected %s", __FILE__, __LINE__, #expr,           \
-                 shs_status_string(st_), shs_status_string(want));                    \
-    } while (0)
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* The byte rank r holds at offset i: differs by rank and by position, so a
  * misplaced or misrouted piece shows. */
@@ -530,20 +494,6 @@ static int child(const char *which)
 }
 
 /* ------------------------------------------------------------- launcher */
-
-static bool have_rdma_device(void)
-{
-    /* sysfs, not verbs: the launcher must not open the device before fork */
-    DIR *d = opendir("/sys/class/infiniband");
-    bool found = false;
-    if (d == NULL)
-        return false;
-    for (struct dirent *e; (e = readdir(d)) != NULL;)
-        if (e->d_name[0] != '.')
-            found = true;
-    closedir(d);
-    return found;
-}
 
 static int free_tcp_port(void)
 {

@@ -1,6 +1,6 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # Two-guest fault tests (issue 7), run on the host: one rank per guest
-# (tests/vm/fault-guest.sh), the shs-ctr trainer with S-MA on a small model
+# (tests/vm/fault-guest.sh), the CTR trainer with fault injection (shs-ctr-fault) and S-MA on a small model
 # (the socket link between two emulated guests is slow: transfers stay small).
 #   poweroff  guest 1 powers off mid-sync: rank 0 must count peer 1 failed
 #             and finish its pass cleanly (exit 0)
@@ -14,17 +14,19 @@
 #             SHS_OP_TIMEOUT_MS can pass unnoticed (seen: 3 s, retransmitted
 #             after the 1.07 s ack timeout) unless the cut side posts during
 #             it: that is a race, so it is not tested.
-# Usage: fault-2vm.sh SHS_VM SHS_CTR MODE.  Exit 0 pass, 1 fail.
+# Usage: fault-2vm.sh SHS_VM SHS_CTR_FAULT MODE.  Exit 0 pass, 1 fail.
+set -euo pipefail
 vm=$1 ctr=$2 mode=$3
 here=$(cd "$(dirname "$0")" && pwd)
 out=$(mktemp -d /tmp/shs-fault-2vm.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 # a powered-off guest leaves no exit status: shs-vm counts it as failed and
 # gives the survivor SHS_VM_GRACE seconds to finish
-SHS_VM_GRACE=${SHS_VM_GRACE:-200} "$vm" --timeout 300 -n 2 --quiet --out "$out" -- sh "$here/fault-guest.sh" "$ctr" "$mode"
-vmrc=$?
+vmrc=0
+SHS_VM_GRACE=${SHS_VM_GRACE:-200} "$vm" --timeout 300 -n 2 --quiet --out "$out" -- \
+    bash "$here/fault-guest.sh" "$ctr" "$mode" || vmrc=$?
 for i in 0 1; do
-  sed "s/^/[guest $i] /" "$out/vm$i/console.log" 2>/dev/null | grep -v '^\[guest .\] *$'
+  sed "s/^/[guest $i] /" "$out/vm$i/console.log" 2>/dev/null | grep -v '^\[guest .\] *$' || true
 done
 fail=0
 bad() { echo "FAIL ($mode): $*"; fail=1; }
@@ -42,5 +44,5 @@ case $mode in
     grep -q "rank 1: 1 failed peer(s)" "$g1" || bad "rank 1 did not count peer 0 failed" ;;
   *) bad "unknown mode" ;;
 esac
-[ $fail = 0 ] && echo "PASS fault-2vm $mode (shs-vm exit $vmrc)"
-exit $fail
+if [ "$fail" = 0 ]; then echo "PASS fault-2vm $mode (shs-vm exit $vmrc)"; fi
+exit "$fail"

@@ -3,7 +3,7 @@ MGET and the device's READ message rate, from the raw outputs of one guest
 run, as a markdown table (printed, and written into the block emb-compare of
 docs/results/embedding.md).
 
-    python3 tools/emb_report.py RESULTS_DIR --command CMD [--page FILE | --no-page]
+    tools/shs-report emb-compare RESULTS_DIR --command CMD [--page FILE | --no-page]
 
 RESULTS_DIR holds ours.read.json and ours.owner.json (shs-emb-bench --json
 lines), redis.<round>.<dim>.<batch>.<dist>.json (one line per client
@@ -16,10 +16,8 @@ import json
 import os
 import re
 import statistics
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import results_page  # noqa: E402
+from . import results_page
 
 
 def median(xs):
@@ -120,13 +118,13 @@ def table(res):
     return "\n".join(rows), mem
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("results")
     ap.add_argument("--command", default="tools/emb-compare")
     ap.add_argument("--page", default=results_page.page_path("embedding.md"))
     ap.add_argument("--no-page", action="store_true")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     body, mem = table(a.results)
     fails = os.path.join(a.results, "failures.txt")
     notes = []
@@ -142,6 +140,3 @@ def main():
                                      "Embedding tables: lookups against Redis and the device")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Write docs/results/s-ma-finish.md from the runs of tools/ctr-finish-compare.
 
-    ctr_finish_report.py OUT --seeds "3 4 5 6" --examples T --command CMD --page PAGE
+    tools/shs-report finish-page OUT --seeds "3 4 5 6" --examples T --command CMD --page PAGE
 
 OUT holds nofinish-<seed>/ and finish-<seed>/, each with s-ma.rank<r>.json
 from shs-ctr. The page is rewritten whole: a dated table with, per seed and
@@ -10,28 +9,22 @@ biases, which every example writes) and the averaged model's NE.
 """
 import argparse
 import datetime
-import glob
-import json
 import os
 import platform
 import sys
 
-
-def load(d):
-    files = sorted(glob.glob(os.path.join(d, "s-ma.rank*.json")))
-    return [json.load(open(f, encoding="utf-8")) for f in files]
+from . import load_ranks, spread
 
 
 def row(seed, end, ranks):
     ne = [r["eval_ne"] for r in ranks]
-    logit = [r["bias"] + r["b2"] for r in ranks]
     return (f"| {seed} | {end} | {' '.join(f'{x:.4f}' for x in ne)} | "
-            f"{max(ne) - min(ne):.4f} | {max(logit) - min(logit):.3f} | "
+            f"{spread(ne):.4f} | {spread(r['bias'] + r['b2'] for r in ranks):.3f} | "
             f"{ranks[0]['avg_ne']:.4f} |")
 
 
-def main(argv):
-    ap = argparse.ArgumentParser()
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="shs-report finish-page")
     ap.add_argument("out")
     ap.add_argument("--seeds", required=True)
     ap.add_argument("--examples", required=True)
@@ -41,9 +34,9 @@ def main(argv):
     rows = []
     for s in a.seeds.split():
         for end, sub in (("stop only", "nofinish"), ("finish", "finish")):
-            ranks = load(os.path.join(a.out, f"{sub}-{s}"))
+            ranks = load_ranks(os.path.join(a.out, f"{sub}-{s}"), "s-ma")
             if len(ranks) == 0:
-                print(f"ctr_finish_report: no results for seed {s} ({sub})", file=sys.stderr)
+                print(f"shs-report finish-page: no results for seed {s} ({sub})", file=sys.stderr)
                 return 1
             rows.append(row(s, end, ranks))
     today = datetime.date.today().isoformat()
@@ -74,9 +67,5 @@ AUC. The mean of the ranks' models has none of it.
 """
     with open(a.page, "w", encoding="utf-8") as f:
         f.write(text)
-    print(f"ctr_finish_report: wrote {a.page}")
+    print(f"shs-report finish-page: wrote {a.page}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """ctr_tradeoff_report: the table of tools/ctr-tradeoff.
 
     ctr_tradeoff_report.py OUT [--page FILE | --no-page]
@@ -11,25 +10,13 @@ writes the block ctr-tradeoff of docs/results/ctr-tradeoff.md.
 Python 3 standard library only.
 """
 import argparse
-import glob
-import json
 import os
 import re
 import statistics
 import sys
-from collections import defaultdict
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import results_page  # noqa: E402  (tools/results_page.py)
-
-
-def load(d):
-    runs = defaultdict(list)
-    for f in glob.glob(os.path.join(d, "*.rank*.json")):
-        with open(f, encoding="utf-8") as fh:
-            r = json.load(fh)
-        runs[r["label"]].append(r)
-    return runs
+from . import load_runs, results_page
+from .sweeps import tradeoff_rows
 
 
 def key(k):
@@ -48,19 +35,8 @@ def pretty(k):
 
 
 def table(runs):
-    eps = {k: sum(x["eps"] for x in v) for k, v in runs.items()}
-    rows = defaultdict(list)
-    for label, v in runs.items():
-        m = re.match(r"(.*)\.r(\d+)$", label)
-        if not m or m.group(1) == "none" or f"none.r{m.group(2)}" not in eps:
-            continue
-        rows[m.group(1)].append((eps[label] / eps[f"none.r{m.group(2)}"],
-                                 statistics.mean(x["syncs_per_min"] for x in v),
-                                 statistics.mean(x["round_ms"] for x in v),
-                                 statistics.mean(x["eval_ne"] for x in v),
-                                 v[0].get("avg_ne", float("nan")),
-                                 sum(x["rounds"] for x in v) / len(v)))
-    reps = len({k for k in eps if k.startswith("none")})
+    rows = tradeoff_rows(runs)
+    reps = len({k for k in runs if k.startswith("none")})
     text = [f"{'config':22s} {'EPS/none':>9s} {'syncs/min':>9s} {'syncs':>6s} {'ms/sync':>8s} "
             f"{'eval NE':>8s} {'avg NE':>8s}   (medians over {reps} reps)"]
     page = ["| config | EPS/none | syncs/min | syncs | ms/sync | eval NE | avg-model eval NE |",
@@ -80,7 +56,7 @@ def main(argv):
     ap.add_argument("--page", default=results_page.page_path("ctr-tradeoff.md"))
     ap.add_argument("--no-page", action="store_true")
     a = ap.parse_args(argv)
-    runs = load(a.out)
+    runs = load_runs(a.out)
     if not runs:
         print(f"ctr-tradeoff: no results in {a.out}", file=sys.stderr)
         return 1
@@ -96,6 +72,3 @@ def main(argv):
                                      title="CTR trainer: throughput against sync frequency")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

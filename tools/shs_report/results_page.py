@@ -18,7 +18,7 @@ import platform
 import re
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.dirname(HERE)
+SRC = os.path.dirname(os.path.dirname(HERE))  # tools/shs_report -> the source tree
 RESULTS = os.path.join(SRC, "docs", "results")
 
 

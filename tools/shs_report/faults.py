@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """fault_figures_report: the table of tools/fault-figures.
 
     fault_figures_report.py OUT [--page FILE | --no-page]
@@ -12,34 +11,24 @@ syncs per minute after it; then writes the block fault-figures of
 docs/results/faults.md. Python 3 standard library only.
 """
 import argparse
-import glob
-import json
 import os
-import re
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import results_page  # noqa: E402  (tools/results_page.py)
+from . import kill_time, load_ranks, results_page
 
 RUNS = (("no failure", "s-ma-nofail"), ("rank 2 killed", "s-ma-kill2"))
 
 
 def load(out, label):
-    ranks = {}
-    for f in glob.glob(os.path.join(out, f"{label}.rank*.json")):
-        with open(f, encoding="utf-8") as fh:
-            j = json.load(fh)
-        ranks[j["rank"]] = j
-    return ranks
+    return {j["rank"]: j for j in load_ranks(out, label)}
 
 
 def killed_at(out):
     try:
         with open(os.path.join(out, "s-ma-kill2.log"), encoding="utf-8") as f:
-            m = re.search(r"rank 2: SIGKILL to itself at ([0-9.]+) s", f.read())
+            return kill_time(f.read(), 2)
     except FileNotFoundError:
         return None
-    return float(m.group(1)) if m else None
 
 
 def report(out):
@@ -93,6 +82,3 @@ def main(argv):
                                      "tools/fault-figures", title="Failures")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

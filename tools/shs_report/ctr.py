@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
-"""ctr-report: the table and the picture of a set of shs-ctr runs.
+"""The table and the picture of a set of shs-ctr runs.
 
-    tools/ctr-report.py DIR [--svg FILE] [--order LABEL,LABEL,...] [--markdown]
-                        [--page FILE --block NAME --command CMD [--where guest|host]]
+    tools/shs-report ctr DIR [--svg FILE] [--order LABEL,LABEL,...] [--markdown]
+                         [--page FILE --block NAME --command CMD [--where guest|host]]
 
 reads DIR/<label>.rank<r>.json (written by `shs-ctr --out DIR`), and prints
 one row per label: ranks, EPS (examples per second, summed over the ranks),
@@ -16,37 +15,14 @@ label. With --page and --block, also writes the markdown table as block
 NAME of a results page (docs/results/ctr-modes.md holds the mode tables),
 dated, with the machine (--where: the runs were in guests, the default, or
 on this host) and CMD, the command that made DIR.
-Python 3 standard library only.
 """
 import argparse
-import glob
-import json
-import os
-import re
 import sys
-from collections import OrderedDict
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import results_page  # noqa: E402  (tools/results_page.py)
+from . import load_runs, mean, results_page
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
           "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
-
-
-def load(d):
-    runs = OrderedDict()
-    for f in sorted(glob.glob(os.path.join(d, "*.rank*.json"))):
-        m = re.match(r"(.*)\.rank(\d+)\.json$", os.path.basename(f))
-        if not m:
-            continue
-        with open(f) as fh:
-            runs.setdefault(m.group(1), []).append(json.load(fh))
-    return runs
-
-
-def mean(xs):
-    xs = list(xs)
-    return sum(xs) / len(xs) if xs else float("nan")
 
 
 def summarize(label, ranks):
@@ -175,8 +151,8 @@ def svg(rows, path, title):
     return True
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="shs-report ctr", description=__doc__.splitlines()[0])
     ap.add_argument("dir")
     ap.add_argument("--svg")
     ap.add_argument("--order", help="comma-separated labels, in table order")
@@ -186,29 +162,25 @@ def main():
     ap.add_argument("--block", help="name of the page's block, e.g. modes-all")
     ap.add_argument("--command", default="tools/ctr-run", help="the command that made DIR")
     ap.add_argument("--where", choices=("guest", "host"), default="guest")
-    a = ap.parse_args()
-    runs = load(a.dir)
+    a = ap.parse_args(argv)
+    runs = load_runs(a.dir)
     if not runs:
-        print(f"ctr-report: no results in {a.dir}", file=sys.stderr)
+        print(f"shs-report ctr: no results in {a.dir}", file=sys.stderr)
         return 1
     rows = [summarize(k, v) for k, v in runs.items()]
     if a.order:
         order = a.order.split(",")
         rows.sort(key=lambda r: order.index(r["label"]) if r["label"] in order else len(order))
     print(table(rows, a.markdown))
+    if a.svg and svg(rows, a.svg, a.title):
+        print(f"picture: {a.svg}")
     if a.page or a.block:
         if not (a.page and a.block):
-            print("ctr-report: --page and --block go together", file=sys.stderr)
+            print("shs-report ctr: --page and --block go together", file=sys.stderr)
             return 2
         head = results_page.headline(
             {"where": a.where, "command": a.command}, a.command,
             f"{rows[0]['workers']} workers per rank, {rows[0]['params']} parameters")
         results_page.try_write_block(a.page, a.block, head + "\n\n" + table(rows, True),
-                                     "tools/ctr-report.py", title="CTR trainer: the modes")
-    if a.svg and svg(rows, a.svg, a.title):
-        print(f"picture: {a.svg}")
+                                     "tools/shs-report ctr", title="CTR trainer: the modes")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

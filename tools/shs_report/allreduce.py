@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """allreduce_report: the tables of tools/allreduce-compare.
 
     allreduce_report.py RES --mtu M --command CMD [--page FILE | --no-page]
@@ -13,10 +12,8 @@ CMD). Python 3 standard library only.
 import argparse
 import glob
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import results_page  # noqa: E402  (tools/results_page.py)
+from . import results_page
 
 SIZES_BIG = (65536, 1048576, 16777216)
 
@@ -172,6 +169,3 @@ def main(argv):
         print(f"allreduce-compare: wrote block allreduce-mtu{a.mtu} of {path}")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

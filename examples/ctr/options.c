@@ -1,0 +1,159 @@
+/*
+ * shs-ctr's command line: the options, their defaults and checks, and the
+ * mode they name.
+ */
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer.h"
+
+void ctr_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: shs-ctr --mode none|s-ma|fr-ma|s-bmuf|fr-bmuf|s-easgd|fr-easgd|single [options]\n"
+            "  --ds G            DS-Sync groups of G ranks (default: all ranks)\n"
+            "  --workers W       Hogwild worker threads per rank (default 2)\n"
+            "  --examples T      training examples over all ranks (default 400000)\n"
+            "  --eval E          held-out examples (default 20000)\n"
+            "  --seed S          dataset and initial model (default 3)\n"
+            "  --ctr C           base click-through rate of the teacher (default 0.03)\n"
+            "  --buckets B --dim K --hidden H   model shape (default 4096, 4, 16)\n"
+            "  --params P        choose buckets for about P parameters\n"
+            "  --lr X            SGD learning rate (default 0.05)\n"
+            "  --lr-end F        the rate decays linearly to F * X over the pass (default 0.1)\n"
+            "  --fr-every K      FR modes: examples per worker between syncs (default 2000)\n"
+            "  --interval-us U   S modes: least time between two rounds (default 0)\n"
+            "  --path pull|live|ring  S/FR data path (default pull)\n"
+            "  --pin CPUS        shadow thread CPUs: auto|none|list (default none)\n"
+            "  --checkpoints C   model copies evaluated for the curve (default 6)\n"
+            "  --out DIR --label NAME   write DIR/NAME.rank<r>.json\n"
+            "  --sync-only S     no training: run the shadow engine alone for S seconds\n"
+            "  --worker-nice N   nice value of the worker threads (default 0)\n"
+            "  --bmuf-eta E --bmuf-zeta Z --bmuf-nesterov 0|1 --easgd-alpha A\n"
+            "                    the rules' parameters (default: the engine's, shadow.h)\n"
+            "  --dump            also write the final model (raw float32) and a trace of\n"
+            "                    the output biases over time beside the JSON\n"
+            "  --no-finish       sync modes: evaluate each rank's model as the last round\n"
+            "                    left it (no shs_shadow_finish)\n");
+}
+
+static void defaults(ctr_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->mode = "none";
+    o->workers = 2;
+    o->examples = 400000;
+    o->eval_n = 20000;
+    o->seed = 3;
+    o->ctr = 0.03;
+    o->shape = (ctr_shape_t){.buckets = 4096, .dim = 4, .hidden = 16};
+    o->lr = 0.05f;
+    o->lr_end = 0.1f;
+    o->fr_every = 2000;
+    o->path = "pull";
+    /* the ranks of the demo share one machine's CPUs: pinning every rank's
+     * shadow thread to the same "last" CPU would only crowd it */
+    o->pin = "none";
+    o->checkpoints = 6;
+    o->bmuf_eta = o->bmuf_zeta = o->easgd_alpha = -1.0f;
+    o->bmuf_nesterov = -1;
+}
+
+/* --params P: the number of buckets that gives about P parameters */
+static void buckets_for(ctr_opts_t *o)
+{
+    ctr_layout_t l;
+    o->shape.buckets = 1;
+    ctr_layout_init(&l, &o->shape);
+    size_t per_bucket = (size_t)CTR_FIELDS * (size_t)(1 + o->shape.dim);
+    size_t fixed = l.count - per_bucket;
+    o->shape.buckets = o->target_params > fixed + per_bucket
+                           ? (uint32_t)((o->target_params - fixed) / per_bucket)
+                           : 1;
+}
+
+void ctr_parse(int argc, char **argv, ctr_opts_t *o)
+{
+    defaults(o);
+    static const struct option lo[] = {
+        {"mode", 1, NULL, 'm'},     {"ds", 1, NULL, 'g'},        {"workers", 1, NULL, 'w'},
+        {"examples", 1, NULL, 'T'}, {"eval", 1, NULL, 'E'},      {"seed", 1, NULL, 's'},
+        {"ctr", 1, NULL, 'c'},      {"buckets", 1, NULL, 'B'},   {"dim", 1, NULL, 'K'},
+        {"hidden", 1, NULL, 'H'},   {"params", 1, NULL, 'P'},    {"lr", 1, NULL, 'l'},
+        {"fr-every", 1, NULL, 'k'}, {"interval-us", 1, NULL, 'i'}, {"path", 1, NULL, 'p'},
+        {"pin", 1, NULL, 'x'},      {"checkpoints", 1, NULL, 'C'}, {"out", 1, NULL, 'o'},
+        {"label", 1, NULL, 'L'},    {"sync-only", 1, NULL, 'S'}, {"help", 0, NULL, 'h'},
+        {"worker-nice", 1, NULL, 'n'},  {"lr-end", 1, NULL, 'e'},
+        {"bmuf-eta", 1, NULL, 'a'},     {"bmuf-zeta", 1, NULL, 'z'},
+        {"bmuf-nesterov", 1, NULL, 'N'}, {"easgd-alpha", 1, NULL, 'A'},
+        {"dump", 0, NULL, 'D'},         {"no-finish", 0, NULL, 'Q'},
+        {NULL, 0, NULL, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'm': o->mode = optarg; break;
+        case 'g': o->ds = atoi(optarg); break;
+        case 'w': o->workers = atoi(optarg); break;
+        case 'T': o->examples = strtoull(optarg, NULL, 0); break;
+        case 'E': o->eval_n = strtoull(optarg, NULL, 0); break;
+        case 's': o->seed = strtoull(optarg, NULL, 0); break;
+        case 'c': o->ctr = atof(optarg); break;
+        case 'B': o->shape.buckets = (uint32_t)strtoul(optarg, NULL, 0); break;
+        case 'K': o->shape.dim = atoi(optarg); break;
+        case 'H': o->shape.hidden = atoi(optarg); break;
+        case 'P': o->target_params = (size_t)strtod(optarg, NULL); break;
+        case 'l': o->lr = (float)atof(optarg); break;
+        case 'k': o->fr_every = strtoull(optarg, NULL, 0); break;
+        case 'i': o->interval_us = (uint32_t)strtoul(optarg, NULL, 0); break;
+        case 'p': o->path = optarg; break;
+        case 'x': o->pin = optarg; break;
+        case 'C': o->checkpoints = atoi(optarg); break;
+        case 'o': o->out = optarg; break;
+        case 'L': o->label = optarg; break;
+        case 'S': o->sync_only_s = atof(optarg); break;
+        case 'n': o->worker_nice = atoi(optarg); break;
+        case 'e': o->lr_end = (float)atof(optarg); break;
+        case 'a': o->bmuf_eta = (float)atof(optarg); break;
+        case 'z': o->bmuf_zeta = (float)atof(optarg); break;
+        case 'N': o->bmuf_nesterov = atoi(optarg); break;
+        case 'A': o->easgd_alpha = (float)atof(optarg); break;
+        case 'D': o->dump = 1; break;
+        case 'Q': o->no_finish = 1; break;
+        case 'h': ctr_usage(stdout); exit(0);
+        default: ctr_usage(stderr); exit(2);
+        }
+    }
+    if (o->workers < 1 || o->workers > CTR_MAX_WORKERS || o->examples == 0 || o->eval_n == 0 ||
+        o->fr_every == 0 || o->checkpoints < 1 || o->checkpoints > CTR_MAX_CKPT ||
+        o->shape.buckets == 0 || o->shape.dim < 1 || o->shape.hidden < 1 || !(o->lr > 0) ||
+        !(o->ctr > 0 && o->ctr < 0.5)) {
+        ctr_usage(stderr);
+        exit(2);
+    }
+    if (o->target_params > 0)
+        buckets_for(o);
+    if (o->label == NULL)
+        o->label = o->mode;
+}
+
+void ctr_mode_of(ctr_run_t *r)
+{
+    const char *m = r->o.mode;
+    r->sync = strcmp(m, "none") != 0 && strcmp(m, "single") != 0;
+    r->foreground = strncmp(m, "fr-", 3) == 0;
+    if (!r->sync)
+        return;
+    const char *a = m + (r->foreground ? 3 : 2);
+    if (strncmp(m, "s-", 2) != 0 && !r->foreground)
+        ctr_die("unknown mode %s", m);
+    if (strcmp(a, "ma") == 0)
+        r->algo = SHS_SHADOW_MA;
+    else if (strcmp(a, "bmuf") == 0)
+        r->algo = SHS_SHADOW_BMUF;
+    else if (strcmp(a, "easgd") == 0)
+        r->algo = SHS_SHADOW_EASGD;
+    else
+        ctr_die("unknown mode %s", m);
+}
+

@@ -1,0 +1,215 @@
+/*
+ * The sync driver of shs-ctr: the shadow engine's parameters from the
+ * options, its start and stop around the training pass (S modes), the
+ * foreground round that the workers stop for (FR modes), the end of the run
+ * (shs_shadow_finish, the average of the ranks' models), and --sync-only.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "trainer.h"
+
+static bool power_of(int n, int g)
+{
+    if (g < 2)
+        return false;
+    while (n > 1 && n % g == 0)
+        n /= g;
+    return n == 1;
+}
+
+void ctr_shadow_params(const ctr_run_t *r, shs_shadow_params_t *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->field_mask = SHS_SHADOW_PARAM_ALGORITHM | SHS_SHADOW_PARAM_PATH;
+    p->algorithm = r->algo;
+    p->path = strcmp(r->o.path, "live") == 0 ? SHS_SHADOW_PATH_LIVE
+              : strcmp(r->o.path, "ring") == 0 ? SHS_SHADOW_PATH_RING
+                                               : SHS_SHADOW_PATH_PULL;
+    if (r->o.ds > 0 && r->o.ds < r->size) {
+        p->field_mask |= SHS_SHADOW_PARAM_SCHEDULE;
+        bool cube = (r->o.ds & (r->o.ds - 1)) == 0 && power_of(r->size, r->o.ds);
+        p->schedule.kind = cube ? SHS_SCHED_HYPERCUBE : SHS_SCHED_GENERAL;
+        p->schedule.group_size = r->o.ds;
+    }
+    if (r->o.interval_us > 0) {
+        p->field_mask |= SHS_SHADOW_PARAM_MIN_INTERVAL;
+        p->min_interval_us = r->o.interval_us;
+    }
+    if (r->o.pin != NULL) {
+        p->field_mask |= SHS_SHADOW_PARAM_PIN_CPUS;
+        p->pin_cpus = r->o.pin;
+    }
+    /* negative: the engine's default; other out-of-range values reach the
+     * engine, which refuses them */
+    if (r->o.bmuf_eta >= 0) {
+        p->field_mask |= SHS_SHADOW_PARAM_BMUF_ETA;
+        p->bmuf_eta = r->o.bmuf_eta;
+    }
+    if (r->o.bmuf_zeta >= 0) {
+        p->field_mask |= SHS_SHADOW_PARAM_BMUF_ZETA;
+        p->bmuf_zeta = r->o.bmuf_zeta;
+    }
+    if (r->o.bmuf_nesterov >= 0) {
+        p->field_mask |= SHS_SHADOW_PARAM_BMUF_NESTEROV;
+        p->bmuf_nesterov = r->o.bmuf_nesterov;
+    }
+    if (r->o.easgd_alpha >= 0) {
+        p->field_mask |= SHS_SHADOW_PARAM_EASGD_ALPHA;
+        p->easgd_alpha = r->o.easgd_alpha;
+    }
+}
+
+void ctr_fg_sync(ctr_run_t *r)
+{
+    if (pthread_barrier_wait(&r->bar) == PTHREAD_BARRIER_SERIAL_THREAD) {
+        atomic_store(&r->syncing, 1);
+        shs_status_t st = shs_shadow_sync(r->sh);
+        atomic_store(&r->syncing, 0);
+        if (st != SHS_OK)
+            atomic_fetch_add(&r->sync_errors, 1);
+    }
+    pthread_barrier_wait(&r->bar);
+}
+
+void ctr_sync_start(ctr_run_t *r)
+{
+    if (r->foreground) {
+        uint64_t per_worker = r->o.examples / (uint64_t)r->size / (uint64_t)r->o.workers;
+        r->nsync = per_worker / r->o.fr_every;
+        pthread_barrier_init(&r->bar, NULL, (unsigned)r->o.workers);
+    } else if (r->sync) {
+        CTR_CHECK(shs_shadow_start(r->sh));
+    }
+}
+
+static void failure_figures(const ctr_run_t *r, const shs_shadow_stats_t *s, ctr_result_t *res,
+                            ctr_fail_mark_t *mark, double t0)
+{
+    double end = ctr_now();
+    if (mark->t == 0) { /* seen after the workers finished */
+        mark->t = end;
+        mark->done = res->examples;
+    }
+    res->fail_seen_s = (double)s->first_failure_ns / 1e9;
+    res->rounds_after = s->rounds_after_failure;
+    double after = end - mark->t, train_end = t0 + res->train_s;
+    res->eps_after =
+        train_end > mark->t ? (double)(res->examples - mark->done) / (train_end - mark->t) : 0;
+    res->syncs_per_min_after = after > 0 ? (double)s->rounds_after_failure * 60.0 / after : 0;
+    printf("%-10s rank %d: %d failed peer(s), first seen at %.3f s (CLOCK_MONOTONIC); "
+           "after it: %.0f EPS, %llu rounds, %.1f syncs/min\n",
+           r->o.label, r->rank, s->failed_peers, res->fail_seen_s, res->eps_after,
+           (unsigned long long)s->rounds_after_failure, res->syncs_per_min_after);
+}
+
+/* After the pass (workers joined, res->examples and train_s set): stops the
+ * shadow thread and takes the engine's figures into res. */
+void ctr_sync_stop(ctr_run_t *r, ctr_result_t *res, ctr_fail_mark_t *mark, double t0)
+{
+    if (!r->sync)
+        return;
+    if (!r->foreground) {
+        if (r->hooks != NULL && r->hooks->pass_done != NULL)
+            r->hooks->pass_done(r);
+        CTR_CHECK(shs_shadow_stop(r->sh));
+    }
+    shs_shadow_stats_t s;
+    CTR_CHECK(shs_shadow_stats(r->sh, &s));
+    res->rounds = s.rounds;
+    /* per minute of training, in both modes */
+    res->syncs_per_min = (double)s.rounds * 60.0 / res->train_s;
+    res->round_ms = s.round_us_mean / 1e3;
+    res->wait_ms = s.wait_us_mean / 1e3;
+    res->bytes = s.bytes_read + s.bytes_written;
+    res->errors = s.errors + (uint64_t)atomic_load(&r->sync_errors);
+    res->skipped = s.peers_skipped;
+    res->torn = s.torn_retries;
+    res->staleness_ms = s.staleness_ms_max;
+    res->failed = s.failed_peers;
+    if (s.failed_peers > 0)
+        failure_figures(r, &s, res, mark, t0);
+}
+
+/* Whether the job-wide steps at the end (barriers, shs_shadow_finish, the
+ * final allreduce) may run: not after a peer failure, where the survivors
+ * evaluate their own models. Runs the first of them, a barrier, and
+ * shs_shadow_finish: MA/BMUF replicas become their exact mean, EASGD's
+ * center takes its last deltas; without it each rank's own model carries
+ * the drift since its last round. */
+bool ctr_sync_teardown(ctr_run_t *r, const ctr_result_t *res)
+{
+    if (r->ctx == NULL)
+        return true;
+    /* a connection the transport failed after the engine's last look also
+     * rules the job-wide steps out */
+    int gone = 0;
+    for (int p = 0; p < r->size; p++)
+        gone += p != r->rank && shs_ctx_peer_status(r->ctx, p, NULL) != SHS_OK;
+    if (res->failed != 0 || gone != 0)
+        return false;
+    /* a peer that saw a failure this rank did not see skips it */
+    shs_status_t st = shs_ctx_barrier(r->ctx);
+    if (st != SHS_OK) {
+        fprintf(stderr, "shs-ctr rank %d: barrier after training: %s; the job-wide steps "
+                "are skipped\n", r->rank, shs_status_string(st));
+        return false;
+    }
+    if (r->sync && !r->o.no_finish) {
+        st = shs_shadow_finish(r->sh);
+        if (st != SHS_OK)
+            ctr_die("shs_shadow_finish: %s", shs_status_string(st));
+    }
+    return true;
+}
+
+/* avg = the mean of the ranks' final models (the shadow thread is stopped:
+ * the context is this thread's again). */
+void ctr_final_average(ctr_run_t *r, float *avg)
+{
+    shs_coll_params_t cp;
+    shs_coll_t *coll;
+    memset(&cp, 0, sizeof(cp));
+    cp.field_mask = SHS_COLL_PARAM_STAGE_BYTES;
+    cp.stage_bytes = 0; /* the model is a region: zero-copy */
+    CTR_CHECK(shs_coll_create(r->ctx, &cp, &coll));
+    memcpy(avg, r->model, r->lay.count * sizeof(float));
+    CTR_CHECK(shs_allreduce_region(coll, NULL, r->region, 0, r->lay.count, SHS_DTYPE_FLOAT32,
+                                   SHS_REDUCE_AVG));
+    /* keep the rank's own model in the region (it is what the rank holds) */
+    for (size_t i = 0; i < r->lay.count; i++) {
+        float mean = r->model[i];
+        r->model[i] = avg[i];
+        avg[i] = mean;
+    }
+    CTR_CHECK(shs_ctx_barrier(r->ctx));
+    shs_coll_destroy(coll);
+}
+
+void ctr_sync_only(ctr_run_t *r)
+{
+    CTR_CHECK(shs_ctx_barrier(r->ctx));
+    CTR_CHECK(shs_shadow_start(r->sh));
+    usleep((useconds_t)(r->o.sync_only_s * 1e6));
+    CTR_CHECK(shs_shadow_stop(r->sh));
+    shs_shadow_stats_t s;
+    CTR_CHECK(shs_shadow_stats(r->sh, &s));
+    printf("sync-only rank %d: %zu params (%.1f MB), %s%s, %llu rounds, %.1f syncs/min, "
+           "%.1f ms/round (%.1f ms waiting), %.1f MB read, staleness max %.0f ms, %llu errors\n",
+           r->rank, r->lay.count, (double)r->lay.count * 4 / 1e6, r->o.mode,
+           r->o.ds ? " (ds)" : "", (unsigned long long)s.rounds, s.syncs_per_min,
+           s.round_us_mean / 1e3, s.wait_us_mean / 1e3, (double)s.bytes_read / 1e6,
+           s.staleness_ms_max, (unsigned long long)s.errors);
+    ctr_result_t res;
+    memset(&res, 0, sizeof(res));
+    res.rounds = s.rounds;
+    res.syncs_per_min = s.syncs_per_min;
+    res.round_ms = s.round_us_mean / 1e3;
+    res.wait_ms = s.wait_us_mean / 1e3;
+    res.bytes = s.bytes_read + s.bytes_written;
+    res.errors = s.errors;
+    res.staleness_ms = s.staleness_ms_max;
+    r->nckpt = 0;
+    ctr_write_json(r, &res);
+}

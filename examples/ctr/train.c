@@ -1,0 +1,182 @@
+/*
+ * The training pass of shs-ctr: W Hogwild workers on this rank's share of
+ * the stream, and the monitor (this thread) that takes the checkpoints, notes
+ * when a failed peer is first seen and, with --dump, samples the output
+ * biases. Then the end of the run: teardown, evaluation, report.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "trainer.h"
+
+#define PROGRESS_EVERY 64 /* examples between a worker's progress publications */
+#define MONITOR_SLEEP_US 5000
+#define TRACE_MAX 4096 /* --dump samples: 20 s at one per monitor tick */
+
+typedef struct worker {
+    ctr_run_t *run;
+    int id;
+    pthread_t th;
+    _Atomic uint64_t done;
+    double loss;
+    double pos;
+    uint64_t count;
+} worker_t;
+
+static void *worker_main(void *arg)
+{
+    worker_t *w = arg;
+    ctr_run_t *r = w->run;
+    /* Linux: nice applies to the calling thread */
+    if (r->o.worker_nice != 0 && setpriority(PRIO_PROCESS, 0, r->o.worker_nice) != 0)
+        fprintf(stderr, "shs-ctr rank %d: worker nice %d refused: %s\n", r->rank,
+                r->o.worker_nice, strerror(errno));
+    const int W = r->o.workers;
+    uint64_t cnt = 0, syncs = 0;
+    /* the rate decays linearly to lr_end * lr over the pass: the final
+     * model is then an average of its last steps rather than one noisy
+     * iterate, which makes modes comparable run to run */
+    const float lr0 = r->o.lr, lr1 = r->o.lr * r->o.lr_end;
+    const double inv_n = 1.0 / (double)(r->ntrain > 0 ? r->ntrain : 1);
+    for (size_t i = (size_t)w->id; i < r->ntrain; i += (size_t)W) {
+        const ctr_example_t *ex = &r->train[i];
+        float lr = lr0 + (lr1 - lr0) * (float)((double)i * inv_n);
+        float q = ctr_sgd_step(&r->lay, r->model, ex, lr);
+        w->loss += ctr_logloss(q, ex->label);
+        w->pos += ex->label;
+        cnt++;
+        if (cnt % PROGRESS_EVERY == 0)
+            atomic_store_explicit(&w->done, cnt, memory_order_relaxed);
+        if (r->foreground && syncs < r->nsync && cnt % r->o.fr_every == 0) {
+            ctr_fg_sync(r);
+            syncs++;
+        }
+    }
+    w->count = cnt;
+    atomic_store_explicit(&w->done, cnt, memory_order_relaxed);
+    return NULL;
+}
+
+static uint64_t workers_done(worker_t *ws, int n)
+{
+    uint64_t done = 0;
+    for (int i = 0; i < n; i++)
+        done += atomic_load_explicit(&ws[i].done, memory_order_relaxed);
+    return done;
+}
+
+static void checkpoint(ctr_run_t *r, uint64_t seen)
+{
+    memcpy(r->ckpt + (size_t)r->nckpt * r->lay.count, r->model, r->lay.count * sizeof(float));
+    r->ckpt_seen[r->nckpt++] = seen * (uint64_t)r->size;
+}
+
+/* Until the workers are done: checkpoints at equal fractions of the local
+ * pass, the first sight of a failed peer, the --dump trace (the output
+ * biases over time: t, bias, b2, rounds). */
+static void monitor(ctr_run_t *r, worker_t *ws, double t0, ctr_fail_mark_t *mark)
+{
+    static double trace[TRACE_MAX][4];
+    int ntrace = 0;
+    r->nckpt = 0;
+    for (;;) {
+        uint64_t done = workers_done(ws, r->o.workers);
+        if (r->hooks != NULL && r->hooks->progress != NULL)
+            r->hooks->progress(r, done);
+        shs_shadow_stats_t s;
+        if (r->sync && mark->t == 0 && shs_shadow_stats(r->sh, &s) == SHS_OK &&
+            s.failed_peers > 0) {
+            mark->t = ctr_now();
+            mark->done = done;
+        }
+        if (r->nckpt < r->o.checkpoints) {
+            uint64_t next =
+                r->ntrain * (uint64_t)(r->nckpt + 1) / (uint64_t)(r->o.checkpoints + 1);
+            /* never copy a model half way through a foreground round (the
+             * workers never see one either) */
+            if (done >= next && !atomic_load(&r->syncing)) {
+                checkpoint(r, done);
+                continue;
+            }
+        }
+        if (done >= r->ntrain)
+            break;
+        if (r->o.dump && ntrace < TRACE_MAX) {
+            double *t = trace[ntrace++];
+            t[0] = ctr_now() - t0;
+            t[1] = r->model[r->lay.bias];
+            t[2] = r->model[r->lay.b2];
+            t[3] = r->sync && shs_shadow_stats(r->sh, &s) == SHS_OK ? (double)s.rounds : 0;
+        }
+        usleep(MONITOR_SLEEP_US);
+    }
+    ctr_write_trace(r, (const double (*)[4])trace, ntrace);
+}
+
+/* The pass: workers started, monitored and joined; their totals in res. */
+static void run_pass(ctr_run_t *r, ctr_result_t *res, ctr_fail_mark_t *mark, double t0)
+{
+    worker_t *ws = calloc((size_t)r->o.workers, sizeof(worker_t));
+    if (ws == NULL)
+        ctr_die("out of memory");
+    for (int i = 0; i < r->o.workers; i++) {
+        ws[i].run = r;
+        ws[i].id = i;
+        if (pthread_create(&ws[i].th, NULL, worker_main, &ws[i]) != 0)
+            ctr_die("cannot start worker %d", i);
+    }
+    monitor(r, ws, t0, mark);
+    double loss = 0, pos = 0;
+    for (int i = 0; i < r->o.workers; i++) {
+        pthread_join(ws[i].th, NULL);
+        loss += ws[i].loss;
+        pos += ws[i].pos;
+        res->examples += ws[i].count;
+    }
+    res->train_s = ctr_now() - t0;
+    res->eps = (double)res->examples / res->train_s;
+    res->train_ne = loss / (double)res->examples / ctr_entropy(pos / (double)res->examples);
+    free(ws);
+}
+
+void ctr_train(ctr_run_t *r)
+{
+    ctr_result_t res;
+    ctr_fail_mark_t mark = {0, 0};
+    memset(&res, 0, sizeof(res));
+    r->ckpt = malloc((size_t)(r->o.checkpoints + 1) * r->lay.count * sizeof(float));
+    if (r->ckpt == NULL)
+        ctr_die("out of memory");
+    if (r->ctx != NULL)
+        CTR_CHECK(shs_ctx_barrier(r->ctx));
+    double t0 = ctr_now();
+    ctr_sync_start(r);
+    run_pass(r, &res, &mark, t0);
+    ctr_sync_stop(r, &res, &mark, t0);
+    /* after a peer failure the job-wide steps (barriers, the final
+     * allreduce) are skipped: the survivors evaluate their own models */
+    bool teardown = ctr_sync_teardown(r, &res);
+    checkpoint(r, res.examples);
+    /* the ranks' own models are evaluated as they are; for the sync modes,
+     * also the average of the ranks' final models (one ring allreduce, the
+     * model a job would export): it separates what the sync achieved from
+     * how far the ranks drifted since their last round */
+    float *avg = NULL;
+    if (r->sync && teardown) {
+        avg = malloc(r->lay.count * sizeof(float));
+        if (avg == NULL)
+            ctr_die("out of memory");
+        ctr_final_average(r, avg);
+    }
+    double eval_s = ctr_evaluate_run(r, avg, &res);
+    free(avg);
+    ctr_print_result(r, &res, eval_s, r->sync && teardown);
+    ctr_write_json(r, &res);
+    r->failed = teardown ? 0 : 1;
+    if (r->foreground)
+        pthread_barrier_destroy(&r->bar);
+    free(r->ckpt);
+}

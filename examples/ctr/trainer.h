@@ -1,0 +1,143 @@
+/*
+ * The parts of the CTR trainer (shs-ctr) and what they share: the options
+ * (options.c), one run's state, the workers and the monitor (train.c), the
+ * sync driver (sync.c: the shadow engine or the foreground rounds), the
+ * evaluation and the output (report.c), and the entry point (run.c).
+ * Public API calls only, as in tools/.
+ *
+ * ctr_main() takes hooks: a test driver (tests/guest/ctr_fault.c, the
+ * shs-ctr-fault binary) uses them to inject faults into a run; shs-ctr
+ * passes none.
+ */
+#ifndef SHS_EXAMPLES_CTR_TRAINER_H
+#define SHS_EXAMPLES_CTR_TRAINER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <shadowsync/shadowsync.h>
+#include <shadowsync/shadow.h>
+
+#include "ctr.h"
+
+#define CTR_MAX_WORKERS 64
+#define CTR_MAX_CKPT 64
+
+typedef struct ctr_opts {
+    const char *mode;
+    int ds;
+    int workers;
+    uint64_t examples, eval_n, seed;
+    double ctr;
+    ctr_shape_t shape;
+    size_t target_params;
+    float lr;
+    float lr_end;
+    uint64_t fr_every;
+    uint32_t interval_us;
+    const char *path;
+    const char *pin;
+    int checkpoints;
+    const char *out;
+    const char *label;
+    double sync_only_s;
+    int worker_nice;
+    float bmuf_eta, bmuf_zeta, easgd_alpha; /* < 0: the engine's default */
+    int bmuf_nesterov;                      /* < 0: the engine's default */
+    int dump;                               /* write the final model next to the JSON */
+    int no_finish;                          /* skip shs_shadow_finish at the end */
+} ctr_opts_t;
+
+typedef struct ctr_run ctr_run_t;
+
+/* Calls into a test driver; any may be NULL. */
+typedef struct ctr_hooks {
+    /* each monitor tick of the training pass, with the examples this
+     * rank's workers have done */
+    void (*progress)(ctr_run_t *r, uint64_t done);
+    /* S modes: the pass is done, the shadow thread still runs */
+    void (*pass_done)(ctr_run_t *r);
+} ctr_hooks_t;
+
+struct ctr_run {
+    ctr_opts_t o;
+    const ctr_hooks_t *hooks;
+    int rank, size;
+    bool sync, foreground;
+    shs_shadow_algorithm_t algo;
+    ctr_layout_t lay;
+    shs_ctx_t *ctx; /* NULL in --mode single */
+    float *model;
+    shs_region_t *region;
+    ctr_example_t *train, *eval;
+    size_t ntrain;
+    shs_shadow_t *sh;
+    pthread_barrier_t bar;
+    uint64_t nsync; /* foreground syncs per worker */
+    atomic_int sync_errors;
+    atomic_int syncing; /* FR: a foreground round is rewriting the model */
+    /* checkpoints: copies of the model and the examples seen (all ranks) */
+    float *ckpt;
+    uint64_t ckpt_seen[CTR_MAX_CKPT + 1];
+    int nckpt;
+    int failed; /* peers failed during the run: skip the job-wide teardown steps */
+};
+
+/* What one rank reports (stdout, DIR/<label>.rank<r>.json). */
+typedef struct ctr_result {
+    double train_s, eps, train_ne, eval_ne, auc, avg_ne, avg_auc, syncs_per_min, round_ms,
+        wait_ms, staleness_ms;
+    uint64_t examples, rounds, bytes, errors, skipped, torn;
+    /* after a peer failure (failed > 0): when it was seen (CLOCK_MONOTONIC
+     * s), this rank's EPS and syncs per minute from then to the end */
+    int failed;
+    double fail_seen_s, eps_after, syncs_per_min_after;
+    uint64_t rounds_after;
+    double curve_ne[CTR_MAX_CKPT + 1], curve_auc[CTR_MAX_CKPT + 1];
+} ctr_result_t;
+
+/* When this rank first saw a failed peer during the pass (0: not seen). */
+typedef struct ctr_fail_mark {
+    double t;
+    uint64_t done;
+} ctr_fail_mark_t;
+
+/* run.c */
+int ctr_main(int argc, char **argv, const ctr_hooks_t *hooks);
+void ctr_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+double ctr_now(void);
+
+#define CTR_CHECK(expr)                                                                \
+    do {                                                                               \
+        shs_status_t st_ = (expr);                                                     \
+        if (st_ != SHS_OK)                                                             \
+            ctr_die("%s: %s", #expr, shs_status_string(st_));                          \
+    } while (0)
+
+/* options.c */
+void ctr_usage(FILE *f);
+void ctr_parse(int argc, char **argv, ctr_opts_t *o);
+void ctr_mode_of(ctr_run_t *r);
+
+/* train.c */
+void ctr_train(ctr_run_t *r);
+
+/* sync.c */
+void ctr_shadow_params(const ctr_run_t *r, shs_shadow_params_t *p);
+void ctr_fg_sync(ctr_run_t *r);
+void ctr_sync_start(ctr_run_t *r);
+void ctr_sync_stop(ctr_run_t *r, ctr_result_t *res, ctr_fail_mark_t *mark, double t0);
+bool ctr_sync_teardown(ctr_run_t *r, const ctr_result_t *res);
+void ctr_final_average(ctr_run_t *r, float *avg);
+void ctr_sync_only(ctr_run_t *r);
+
+/* report.c */
+double ctr_evaluate_run(ctr_run_t *r, const float *avg, ctr_result_t *res);
+void ctr_print_result(const ctr_run_t *r, const ctr_result_t *res, double eval_s, bool averaged);
+void ctr_write_json(const ctr_run_t *r, const ctr_result_t *res);
+void ctr_write_trace(const ctr_run_t *r, const double (*trace)[4], int n);
+
+#endif

@@ -1,0 +1,153 @@
+"""unit.report: tools/shs_report against what the programs write.
+
+The sample lines below are the ones shs-ctr and shs-ctr-fault print (their
+printf formats in examples/ctr/sync.c, report.c and tests/guest/ctr_fault.c);
+a changed format that the reporting no longer reads fails here first.
+"""
+import json
+import os
+import tempfile
+import unittest
+import xml.etree.ElementTree as ET
+
+from shs_report import (failure_report, finished, free_port, kill_time, load_ranks,
+                        load_runs, spread)
+from shs_report import allreduce, ctr, emb, finish, summary, sweeps
+
+LOG = """\
+s-ma       4 rank(s) x 1 workers, 20018 params (0.1 MB), 120000 training examples, 2000 held out (data drawn in 0.1 s)
+s-ma       rank 2: SIGKILL to itself at 5123.456 s (CLOCK_MONOTONIC), 9024 examples done
+s-ma       rank 0: 1 failed peer(s), first seen at 5125.001 s (CLOCK_MONOTONIC); after it: 812 EPS, 14 rounds, 33.0 syncs/min
+s-ma       rank 0/4: 30000 examples in 40.1 s = 748 EPS, train NE 0.9310, eval NE 0.8945, AUC 0.7766, 60 syncs (89.7/min, 120 ms/round), 0 errors (eval 0.5 s)
+"""
+
+
+def rank_json(label, rank, size=2, **kw):
+    r = {"label": label, "mode": label.split(".")[0], "rank": rank, "size": size, "workers": 2,
+         "params": 1000, "examples": 500, "eps": 100.0, "syncs_per_min": 60.0, "round_ms": 5.0,
+         "train_ne": 0.9, "eval_ne": 0.8, "auc": 0.7, "avg_ne": 0.79, "errors": 0, "ds": 0,
+         "fr_every": 0, "interval_us": 0, "rounds": 10, "bias": 0.1, "b2": 0.2,
+         "curve": [[1000, 0.85, 0.7]]}
+    r.update(kw)
+    return r
+
+
+class RunDir(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.d = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def write(self, r):
+        with open(os.path.join(self.d, f"{r['label']}.rank{r['rank']}.json"), "w",
+                  encoding="utf-8") as f:
+            json.dump(r, f)
+
+
+class TestLoad(RunDir):
+    def test_labels_and_rank_order(self):
+        for rank in (1, 0):
+            self.write(rank_json("s-ma.i100.r1", rank))
+        self.write(rank_json("none.r1", 0, size=1))
+        runs = load_runs(self.d)
+        self.assertEqual(list(runs), ["none.r1", "s-ma.i100.r1"])
+        self.assertEqual([r["rank"] for r in runs["s-ma.i100.r1"]], [0, 1])
+        self.assertEqual(len(load_ranks(self.d, "s-ma.i100.r1")), 2)
+        self.assertEqual(load_ranks(self.d, "s-ma"), [])
+
+    def test_fr_every_matches_the_s_rate(self):
+        for rank in (0, 1):
+            self.write(rank_json("s-ma", rank, eps=200.0, syncs_per_min=30.0))
+        # 200 EPS / 2 workers = 100 per worker; 30 syncs/min -> every 200
+        self.assertEqual(sweeps.fr_every_like(self.d, "s-ma"), 200)
+        self.assertIsNone(sweeps.fr_every_like(self.d, "s-bmuf"))
+
+    def test_tradeoff_against_its_own_none(self):
+        self.write(rank_json("none.r1", 0, size=1, eps=400.0))
+        self.write(rank_json("s-ma.i0.r1", 0, size=1, eps=300.0))
+        rows = sweeps.tradeoff_rows(load_runs(self.d))
+        self.assertEqual(list(rows), ["s-ma.i0"])
+        self.assertAlmostEqual(rows["s-ma.i0"][0][0], 0.75)
+
+    def test_ctr_table_relative_columns(self):
+        self.write(rank_json("none", 0, size=1, eps=400.0))
+        self.write(rank_json("single", 0, size=1, eps=100.0, eval_ne=0.5))
+        rows = [ctr.summarize(k, v) for k, v in load_runs(self.d).items()]
+        text = ctr.table(rows, markdown=False)
+        line = next(x for x in text.splitlines() if x.startswith("single"))
+        self.assertIn("0.250", line)   # EPS / none
+        self.assertIn("1.0000", line)  # NE / single
+        self.assertTrue(ctr.table(rows, markdown=True).startswith("| mode |"))
+
+    def test_finish_row_spreads(self):
+        ranks = [rank_json("s-ma", 0, eval_ne=0.8), rank_json("s-ma", 1, eval_ne=0.9, b2=0.5)]
+        self.assertEqual(finish.row(3, "finish", ranks),
+                         "| 3 | finish | 0.8000 0.9000 | 0.1000 | 0.300 | 0.7900 |")
+
+
+class TestLines(unittest.TestCase):
+    def test_kill_and_failure_lines(self):
+        self.assertEqual(kill_time(LOG, 2), 5123.456)
+        self.assertIsNone(kill_time(LOG, 1))
+        f = failure_report(LOG, 0)
+        self.assertEqual(f, {"failed": 1, "seen": 5125.001, "eps_after": 812.0,
+                             "rounds_after": 14})
+        self.assertIsNone(failure_report(LOG, 1))
+        self.assertTrue(finished(LOG, 0, 4))
+        self.assertFalse(finished(LOG, 1, 4))
+        self.assertEqual(spread([3, 1, 2]), 2)
+
+    def test_allreduce_rows(self):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "ours.n4.txt"), "w", encoding="utf-8") as f:
+                f.write("# size count type op time algbw busbw wrong p50 p99\n")
+                f.write("1048576 262144 float sum 900.0 1.1 1.7 0 850.0 990.0\n")
+            self.assertEqual(allreduce.rows(d, "ours.n4"), {1048576: (850.0, 0.0)})
+            self.assertEqual(allreduce.rows(d, "gloo.n4"), {})
+
+    def test_emb_compare(self):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "readbw.1.16.txt"), "w", encoding="utf-8") as f:
+                f.write(" #bytes #iterations BW peak[MB/sec] BW average[MB/sec] MsgRate[Mpps]\n")
+                f.write(" 64 20000 1.10 1.02 0.015937\n")
+            for k in range(4):  # a round counts only when all four clients finished
+                with open(os.path.join(d, "redis.1.16.64.zipf.json"), "a", encoding="utf-8") as f:
+                    f.write(json.dumps({"ids_per_s": 1000.0 * (k + 1)}) + "\n")
+            with open(os.path.join(d, "redis.2.16.64.zipf.json"), "w", encoding="utf-8") as f:
+                f.write(json.dumps({"ids_per_s": 5.0}) + "\n")
+            self.assertEqual(emb.load_readbw(d), {16: [15937.0]})
+            self.assertEqual(emb.load_redis(d), {("zipf", 16, 64): [10000.0]})
+            self.assertIsNone(emb.parse_readbw(" 128 20000 1 1 0.01\n", 64))
+
+    def test_free_port(self):
+        for kind in ("tcp", "udp"):
+            self.assertTrue(0 < free_port(kind) < 65536)
+
+
+class TestSummary(unittest.TestCase):
+    def junit(self, statuses):
+        root = ET.Element("testsuite")
+        for i, st in enumerate(statuses):
+            ET.SubElement(root, "testcase", name=f"t{i}", status=st)
+        f = tempfile.NamedTemporaryFile("wb", suffix=".xml", delete=False)
+        ET.ElementTree(root).write(f)
+        f.close()
+        self.addCleanup(os.unlink, f.name)
+        return f.name
+
+    def test_not_run_and_empty_fail(self):
+        line, bad = summary.group_line("rdma", summary.count(self.junit(["run", "run"])))
+        self.assertEqual((line.strip(), bad), ("rdma     : 2/2 passed", False))
+        line, bad = summary.group_line("rdma", summary.count(self.junit(["run", "notrun"])))
+        self.assertTrue(bad)
+        self.assertIn("1 NOT RUN: t1", line)
+        line, bad = summary.group_line("rdma", summary.count(self.junit(["fail"])))
+        self.assertTrue(bad)
+        self.assertIn("1 FAILED: t0", line)
+        self.assertTrue(summary.group_line("vm", summary.count(self.junit([])))[1])
+
+
+if __name__ == "__main__":
+    unittest.main()
