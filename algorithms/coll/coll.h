@@ -82,7 +82,19 @@ typedef struct shs__coll_conf {
     int channel;             /* -1: allocated by the context */
     int timeout_ms;
     int rq_depth;            /* SHS_RQ_DEPTH: bounds the slots */
+    unsigned spin;           /* empty ring passes before a waiting rank naps */
 } shs__coll_conf_t;
+
+/* A waiting member of a call spins this fraction of the context's
+ * SHS_POLL_SPIN (62 passes at its default of 2000), then naps like every
+ * wait. A ring pass polls for up to four notifications, and unlike a
+ * transport wait, every member of a call waits at once, between every two
+ * chunks: with more ranks than cores, or a software device whose kernel
+ * threads move the data, the spinning takes the CPU from exactly what it
+ * waits for. Measured (8 ranks, one 2-CPU Soft-RoCE guest, mean of 20
+ * calls): 4 KiB 232 ms spinning 2000 passes against 64 ms spinning 64;
+ * 64 KiB 475 ms against 113 ms. */
+#define SHS__COLL_SPIN_DIV 32
 
 typedef struct shs__coll_ring shs__coll_ring_t;
 

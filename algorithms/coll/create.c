@@ -30,7 +30,10 @@ static void conf_from_knobs(shs__coll_conf_t *conf, const shs__config_t *cfg)
     *conf = (shs__coll_conf_t){.slot_bytes = cfg->coll_chunk, .slots = cfg->coll_slots,
                                .stage_bytes = cfg->coll_stage, .eager_bytes = cfg->coll_eager,
                                .min_chunk = cfg->coll_min_chunk, .channel = cfg->coll_channel,
-                               .timeout_ms = cfg->op_timeout_ms, .rq_depth = cfg->rq_depth};
+                               .timeout_ms = cfg->op_timeout_ms, .rq_depth = cfg->rq_depth,
+                               .spin = cfg->poll_spin < 0
+                                           ? 0u
+                                           : (unsigned)cfg->poll_spin / SHS__COLL_SPIN_DIV};
 }
 
 /* The fields of params that its field_mask sets replace the knobs'. A

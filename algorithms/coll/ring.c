@@ -8,7 +8,6 @@
 #include "algorithms/coll/coll.h"
 #include "algorithms/reduce.h"
 #include "runtime/wait.h"
-#include "transport/services.h"
 
 static inline int mod(int a, int n)
 {
@@ -279,12 +278,10 @@ shs_status_t shs__coll_ring_run(shs__coll_ring_t *r)
     if (st != SHS_OK)
         return st;
 
-    /* The context's waiter: a waiting rank gives its CPU away after the
-     * context's spin, since with more ranks than cores, or a software device
-     * whose kernel threads move the data, spinning starves exactly what it
-     * waits for. The timeout counts from the last progress. */
+    /* the one waiter, with the collective's share of the spin (coll.h);
+     * the timeout counts from the last progress */
     shs__waiter_t w;
-    shs__ctx_waiter_init(&w, coll->ctx, coll->conf.timeout_ms);
+    shs__waiter_init(&w, coll->conf.spin, coll->conf.timeout_ms);
     while (ring_busy(r)) {
         bool moved = false;
         st = ring_step(r, &moved);
