@@ -32,16 +32,6 @@ static const shs__knob_t coll_knobs[] = {
     SHS_KNOB_INT_AUTO("SHS_COLL_CHANNEL", coll_channel, "auto", 0, 255,
                       "collectives: channel in the top 8 bits of their immediates: auto "
                       "(allocated by the context) or 0..255"),
-    /* 64: a few microseconds of polling catch a chunk that is about to land;
-     * beyond that a waiting rank sleeps (SHS_COLL_SLEEP_US). */
-    SHS_KNOB_INT("SHS_COLL_SPIN", coll_spin, "64", 0, 1 << 30,
-                 "collectives: empty polls before a waiting rank starts sleeping"),
-    /* 50 us: when ranks outnumber cores, or the RDMA device is software
-     * (rxe computes its CRC on the CPU), spinning or sched_yield() starves
-     * the kernel threads that move the data; sleeps doubling from 1 us up to
-     * 50 us give them the CPU and add at most that to a wait. 0: yield. */
-    SHS_KNOB_INT("SHS_COLL_SLEEP_US", coll_sleep_us, "50", 0, 1000000,
-                 "collectives: longest sleep between polls of a waiting rank (us); 0 = sched_yield"),
     /* 32 KiB: the first chunk of a small reduction skips the wait for the
      * grant (one message latency, the most a latency-bound call among few
      * ranks can save); covers the chunks of a 64 KiB pair exchange, and

@@ -20,11 +20,6 @@ static const shs__knob_t shadow_knobs[] = {
      * (g - 1) receive buffers of this size stay small. */
     SHS_KNOB_SIZE("SHS_SHADOW_CHUNK", shadow_chunk, "1m", 64, 1ll << 30,
                   "bytes per pulled piece of a peer's snapshot (k/m/g suffixes)"),
-    /* 200 us: a waiting shadow thread sleeps instead of spinning, leaving the
-     * CPU to the workers, and still notices a snapshot within a fraction of
-     * a round (rounds take milliseconds). */
-    SHS_KNOB_INT("SHS_SHADOW_BACKOFF_US", shadow_backoff_us, "200", 0, 1000000,
-                 "longest sleep between two polls of a peer's snapshot stamp (us)"),
     /* auto: the engine takes a free channel from its context
      * (shs_ctx_channel_alloc), so it never shares one with a collective or
      * the program; a number reserves exactly that channel (create fails when

@@ -71,7 +71,6 @@ typedef struct shs__config {
     char shadow_pin[64];       /* SHS_SHADOW_PIN auto|none|CPU list */
     int shadow_wait_ms;        /* SHS_SHADOW_WAIT_MS bound on waiting for a peer's snapshot */
     size_t shadow_chunk;       /* SHS_SHADOW_CHUNK pull granularity (bytes) */
-    int shadow_backoff_us;     /* SHS_SHADOW_BACKOFF_US longest sleep between polls */
     int shadow_channel;        /* SHS_SHADOW_CHANNEL top 8 bits of the engine's immediates (-1 auto) */
     int shadow_nap;            /* SHS_SHADOW_NAP % of a pull's expected time slept, not polled */
     /* collectives (algorithms/coll_knobs.c, read by algorithms/collective.c) */
@@ -79,8 +78,6 @@ typedef struct shs__config {
     int coll_slots;            /* SHS_COLL_SLOTS inbox slots (credits) per receiver */
     size_t coll_stage;         /* SHS_COLL_STAGE staging bytes for unregistered buffers */
     int coll_channel;          /* SHS_COLL_CHANNEL top 8 bits of the immediates (-1 auto) */
-    int coll_spin;             /* SHS_COLL_SPIN empty polls before sleeping */
-    int coll_sleep_us;         /* SHS_COLL_SLEEP_US longest sleep of a waiting rank (0: yield) */
     size_t coll_eager;         /* SHS_COLL_EAGER bytes of a per-sender first-chunk slot */
     size_t coll_min_chunk;     /* SHS_COLL_MIN_CHUNK smallest chunk of a short call */
     /* embedding tables (algorithms/emb_knobs.c, read by algorithms/embedding/) */

@@ -93,15 +93,12 @@ static const char *const every_knob[] = {
     "SHS_SHADOW_PIN", "2-3",
     "SHS_SHADOW_WAIT_MS", "4321",
     "SHS_SHADOW_CHUNK", "256k",
-    "SHS_SHADOW_BACKOFF_US", "50",
     "SHS_SHADOW_CHANNEL", "7",
     "SHS_SHADOW_NAP", "0",
     "SHS_COLL_CHUNK", "64k",
     "SHS_COLL_SLOTS", "8",
     "SHS_COLL_STAGE", "0",
     "SHS_COLL_CHANNEL", "7",
-    "SHS_COLL_SPIN", "1000",
-    "SHS_COLL_SLEEP_US", "0",
     "SHS_COLL_EAGER", "0",
     "SHS_COLL_MIN_CHUNK", "4k",
     "SHS_EMB_OWNER_READS", "9",
@@ -142,15 +139,12 @@ START_TEST(test_every_knob_parses)
     ck_assert_str_eq(c.shadow_pin, "2-3");
     ck_assert_int_eq(c.shadow_wait_ms, 4321);
     ck_assert_uint_eq(c.shadow_chunk, 256 * 1024);
-    ck_assert_int_eq(c.shadow_backoff_us, 50);
     ck_assert_int_eq(c.shadow_channel, 7);
     ck_assert_int_eq(c.shadow_nap, 0);
     ck_assert_uint_eq(c.coll_chunk, 65536);
     ck_assert_int_eq(c.coll_slots, 8);
     ck_assert_uint_eq(c.coll_stage, 0);
     ck_assert_int_eq(c.coll_channel, 7);
-    ck_assert_int_eq(c.coll_spin, 1000);
-    ck_assert_int_eq(c.coll_sleep_us, 0);
     ck_assert_uint_eq(c.coll_eager, 0);
     ck_assert_uint_eq(c.coll_min_chunk, 4096);
     ck_assert_int_eq(c.emb_owner_reads, 9);
