@@ -1,5 +1,5 @@
 /*
- * The collectives' knobs (algorithms/collective.c): chunking and inbox slots,
+ * The collectives' knobs (algorithms/coll/): chunking and inbox slots,
  * staging for unregistered buffers, their channel, the eager slot. For now
  * they resolve into the context's shs__config_t like every other table,
  * where collective.c reads them (shs__ctx_config(ctx)->coll_*).

@@ -1,5 +1,5 @@
 /*
- * The shadow engine's knobs (algorithms/shadow.c): where its thread runs, how
+ * The shadow engine's knobs (algorithms/shadow/): where its thread runs, how
  * long it waits for a peer, how it pulls snapshots, its channel. For now they
  * resolve into the context's shs__config_t like every other table, where
  * shadow.c reads them (shs__ctx_config(ctx)->shadow_*).

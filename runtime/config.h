@@ -67,13 +67,13 @@ typedef struct shs__config {
     shs__tristate_t hugepages; /* SHS_HUGEPAGES auto|on|off */
     /* logging (runtime/knobs.c) */
     int log_level;             /* SHS_LOG */
-    /* shadow sync (algorithms/shadow_knobs.c, read by algorithms/shadow.c) */
+    /* shadow sync (algorithms/shadow_knobs.c, read by algorithms/shadow/) */
     char shadow_pin[64];       /* SHS_SHADOW_PIN auto|none|CPU list */
     int shadow_wait_ms;        /* SHS_SHADOW_WAIT_MS bound on waiting for a peer's snapshot */
     size_t shadow_chunk;       /* SHS_SHADOW_CHUNK pull granularity (bytes) */
     int shadow_channel;        /* SHS_SHADOW_CHANNEL top 8 bits of the engine's immediates (-1 auto) */
     int shadow_nap;            /* SHS_SHADOW_NAP % of a pull's expected time slept, not polled */
-    /* collectives (algorithms/coll_knobs.c, read by algorithms/collective.c) */
+    /* collectives (algorithms/coll_knobs.c, read by algorithms/coll/) */
     size_t coll_chunk;         /* SHS_COLL_CHUNK bytes per inbox slot (pipelined chunk) */
     int coll_slots;            /* SHS_COLL_SLOTS inbox slots (credits) per receiver */
     size_t coll_stage;         /* SHS_COLL_STAGE staging bytes for unregistered buffers */

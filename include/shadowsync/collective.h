@@ -94,7 +94,7 @@
  * on the others.
  *
  * Hot path: no allocation, no lock, no system call beyond posting, polling
- * and sched_yield() while idle. Every wait is bounded by timeout_ms without
+ * and short naps while idle (after a share of SHS_POLL_SPIN empty polls). Every wait is bounded by timeout_ms without
  * progress. A failure (peer failed, timeout, protocol violation) is logged
  * once with the peer named and poisons the collective: later calls return
  * SHS_ERR_BAD_STATE, because an abandoned call may still have data in
