@@ -184,6 +184,10 @@ static void endpoint_share(shs_ctx_t *ep, shs_ctx_t *ctx)
     ep->parent = ctx;
     ep->cfg = ctx->cfg;
     ep->cfg.connect_mode = SHS_CONNECT_OOB;
+    /* one queue pair per peer: an endpoint's operations to a peer are
+     * placed in the order posted, which its users build on (a stamp
+     * written after the data it covers) */
+    ep->cfg.qps_per_peer = 1;
     memcpy(ep->sysfs_root, ctx->sysfs_root, sizeof(ep->sysfs_root));
     ep->rank = ctx->rank;
     ep->size = ctx->size;

@@ -102,7 +102,8 @@ static shs_status_t region_finish(shs_ctx_t *ctx, shs_region_t *region,
     }
     free(all);
     ctx->live_regions++;
-    shs__fork_regions_add(1);
+    if (region->mr != NULL) /* as destroy uncounts it */
+        shs__fork_regions_add(1);
     return SHS_OK;
 
 err_dereg:

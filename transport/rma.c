@@ -248,7 +248,8 @@ static shs_status_t post_op(shs_ctx_t *ctx, int peer, shs_region_t *local, size_
             struct ibv_send_wr *wr = &ctx->wr[n];
             sge->addr = (uintptr_t)local->addr + loff + off;
             sge->length = (uint32_t)plen;
-            sge->lkey = local->mr->lkey;
+            /* no MR: an uneven region this rank holds none of (len 0 only) */
+            sge->lkey = local->mr != NULL ? local->mr->lkey : 0;
             wr->sg_list = sge;
             wr->num_sge = plen != 0;
             wr->opcode = last && with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : opcode;
@@ -319,7 +320,7 @@ shs_status_t shs_send(shs_ctx_t *ctx, int peer, shs_region_t *local, size_t loca
     struct ibv_send_wr *wr = &ctx->wr[0];
     sge->addr = (uintptr_t)local->addr + local_off;
     sge->length = (uint32_t)len;
-    sge->lkey = local->mr->lkey;
+    sge->lkey = local->mr != NULL ? local->mr->lkey : 0; /* none: len 0 of an uneven region */
     wr->sg_list = sge;
     wr->num_sge = len != 0;
     wr->opcode = IBV_WR_SEND;

@@ -26,11 +26,16 @@ static float *packed_rows(const shs_emb_worker_t *w)
     return (float *)(emb_wbuf(w->emb, w->index) + w->emb->w_rows_off);
 }
 
-/* Whether holder o is gone (never for this rank's own shard). */
+/* Whether holder o is gone (never for this rank's own shard): seen failed
+ * on this worker's endpoint or on the context (whose rdma_cm events may
+ * know first), or given up on after an answer timed out. */
 static bool holder_failed(const shs_emb_worker_t *w, int o)
 {
-    return o != w->emb->me &&
-           shs_ctx_peer_status(w->ep, w->emb->holder_rank[o], NULL) != SHS_OK;
+    if (o == w->emb->me)
+        return false;
+    int r = w->emb->holder_rank[o];
+    return w->gone[o] || shs_ctx_peer_status(w->ep, r, NULL) != SHS_OK ||
+           shs_ctx_peer_status(w->emb->ctx, r, NULL) != SHS_OK;
 }
 
 /* Wait until word reaches `want` (>= for counters, == for stamps); the
@@ -81,7 +86,8 @@ shs_status_t shs__emb_wait_credit(shs_emb_worker_t *w, int o, uint64_t seq)
 
 /* Send one message of the planned rows [lo, lo + cnt) of holder o: the
  * row indices, and for an update the summed gradient rows. */
-static shs_status_t send_msg(shs_emb_worker_t *w, int o, uint32_t kind, uint32_t lo, uint32_t cnt)
+static shs_status_t send_msg(shs_emb_worker_t *w, const shs__emb_plan_t *p, int o,
+                             uint32_t kind, uint32_t lo, uint32_t cnt)
 {
     shs_emb_t *e = w->emb;
     uint64_t seq = w->sent[o] + 1;
@@ -104,14 +110,14 @@ static shs_status_t send_msg(shs_emb_worker_t *w, int o, uint32_t kind, uint32_t
     h->count = cnt;
     h->answer_off = (uint64_t)lo * e->dim;
     h->reserved = 0;
-    memcpy(msg + EMB_HDR_BYTES, w->plan.local + lo, (size_t)cnt * sizeof(uint64_t));
+    memcpy(msg + EMB_HDR_BYTES, p->local + lo, (size_t)cnt * sizeof(uint64_t));
     if (kind == EMB_MSG_UPDATE)
         memcpy(msg + EMB_HDR_BYTES + (size_t)cnt * 8u, w->grads + (size_t)lo * e->dim,
                (size_t)cnt * e->row_bytes);
     atomic_store_explicit((_Atomic uint64_t *)(msg + len - 8), seq ^ EMB_TAIL_MAGIC,
                           memory_order_relaxed);
     /* the header's stamp last: the apply thread reads it first */
-    atomic_store_explicit(&h->stamp, seq ^ EMB_HEAD_MAGIC, memory_order_release);
+    atomic_store_explicit(&h->stamp, emb_head_stamp(seq, kind, cnt), memory_order_release);
     if (!local) {
         st = shs_write(w->ep, e->holder_rank[o], e->wbuf, (size_t)w->index * e->w_bytes + stage,
                        e->inbox, emb_slot_off(e, e->rank, w->index, seq), len, 0);
@@ -125,8 +131,8 @@ static shs_status_t send_msg(shs_emb_worker_t *w, int o, uint32_t kind, uint32_t
     return SHS_OK;
 }
 
-static shs_status_t plan_batch(shs_emb_worker_t *w, const uint64_t *ids, size_t n,
-                               const char *call)
+static shs_status_t plan_batch(shs_emb_worker_t *w, shs__emb_plan_t *plan, const uint64_t *ids,
+                               size_t n, const char *call)
 {
     const shs_emb_t *e = w->emb;
     uint32_t bad = 0;
@@ -134,7 +140,7 @@ static shs_status_t plan_batch(shs_emb_worker_t *w, const uint64_t *ids, size_t 
         SHS_ERROR("%s: %zu ids; the table's max_batch is %u", call, n, e->max_batch);
         return SHS_ERR_INVALID_ARG;
     }
-    shs_status_t st = shs__emb_plan_build(&w->plan, ids, (uint32_t)n, &bad);
+    shs_status_t st = shs__emb_plan_build(plan, ids, (uint32_t)n, &bad);
     if (st != SHS_OK)
         SHS_ERROR("%s: id %llu at position %u is out of range (the table has %llu rows); "
                   "nothing was sent", call, (unsigned long long)ids[bad], bad,
@@ -197,7 +203,7 @@ shs_status_t shs_emb_lookup_start(shs_emb_worker_t *w, const uint64_t *ids, size
         SHS_ERROR("shs_emb_lookup_start: worker %d has a lookup not waited for", w->index);
         return SHS_ERR_BAD_STATE;
     }
-    shs_status_t st = plan_batch(w, ids, n, "shs_emb_lookup");
+    shs_status_t st = plan_batch(w, &w->plan, ids, n, "shs_emb_lookup");
     if (st != SHS_OK)
         return st;
     shs_emb_t *e = w->emb;
@@ -213,7 +219,7 @@ shs_status_t shs_emb_lookup_start(shs_emb_worker_t *w, const uint64_t *ids, size
             st = post_reads(w, o);
             emb_count(&w->c.rows_read, cnt);
         } else if (w->via[o] == EMB_VIA_OWNER) {
-            st = send_msg(w, o, EMB_MSG_LOOKUP, p->owner_start[o], cnt);
+            st = send_msg(w, p, o, EMB_MSG_LOOKUP, p->owner_start[o], cnt);
             w->answer_want[o] = w->sent[o] ^ EMB_ANSWER_MAGIC;
             emb_count(&w->c.rows_owner, cnt);
         }
@@ -251,6 +257,8 @@ static shs_status_t finish_lookup(shs_emb_worker_t *w)
         } else if (w->via[o] == EMB_VIA_OWNER) {
             st = wait_word(w, o, answer_word(w, o), w->answer_want[o], true,
                            "answer a lookup", -1);
+            if (st == SHS_ERR_TIMEOUT)
+                w->gone[o] = true; /* its answer may still land: never ask it again */
         }
         if (first == SHS_OK)
             first = st;
@@ -322,18 +330,18 @@ shs_status_t shs_emb_update(shs_emb_worker_t *w, const uint64_t *ids, size_t n,
 {
     if (w == NULL || (n > 0 && (ids == NULL || grads == NULL)))
         return SHS_ERR_INVALID_ARG;
-    shs_status_t st = plan_batch(w, ids, n, "shs_emb_update");
+    shs_status_t st = plan_batch(w, &w->uplan, ids, n, "shs_emb_update");
     if (st != SHS_OK)
         return st;
     shs_emb_t *e = w->emb;
-    const shs__emb_plan_t *p = &w->plan;
+    const shs__emb_plan_t *p = &w->uplan;
     shs__emb_plan_sum(p, grads, e->dim, (uint32_t)n, w->grads);
     shs_status_t first = SHS_OK;
     for (int o = 0; o < (int)e->layout.shards; o++) {
         uint32_t cnt = p->owner_start[o + 1] - p->owner_start[o];
         if (cnt == 0)
             continue;
-        st = send_msg(w, o, EMB_MSG_UPDATE, p->owner_start[o], cnt);
+        st = send_msg(w, p, o, EMB_MSG_UPDATE, p->owner_start[o], cnt);
         if (st != SHS_OK && first == SHS_OK)
             first = st;
     }

@@ -64,8 +64,10 @@ struct shs_emb_worker {
     shs_emb_t *emb;
     int index;
     shs_ctx_t *ep;
-    shs__emb_plan_t plan;
+    shs__emb_plan_t plan;     /* the lookup's (kept from start to wait) */
+    shs__emb_plan_t uplan;    /* the update's, so an update between start and wait is safe */
     float *grads;             /* summed gradient rows of a batch (max_batch x dim) */
+    bool *gone;               /* per holder: an answer timed out; late bytes could land */
     uint64_t *sent;           /* per holder: last sequence sent */
     uint64_t *answer_want;    /* per holder: the stamp an owner-path answer will carry */
     bool started;             /* a lookup between start and wait */
@@ -134,6 +136,14 @@ static inline size_t emb_msg_bytes(const shs_emb_t *e, uint32_t kind, uint32_t c
 {
     size_t grads = kind == EMB_MSG_UPDATE ? ((size_t)count * e->row_bytes + 7u) & ~(size_t)7u : 0;
     return EMB_HDR_BYTES + (size_t)count * 8u + grads + 8u;
+}
+
+/* The header stamp covers kind and count too: the apply thread trusts the
+ * header's fields only when the stamp it computes from them matches, so
+ * fields not yet visible behind a visible stamp read as "not yet". */
+static inline uint64_t emb_head_stamp(uint64_t seq, uint32_t kind, uint32_t count)
+{
+    return seq ^ EMB_HEAD_MAGIC ^ ((uint64_t)kind << 32) ^ ((uint64_t)count << 40);
 }
 
 static inline uint8_t *emb_wbuf(const shs_emb_t *e, int w)

@@ -57,9 +57,11 @@ static void answer(shs_emb_t *e, int r, int wk, uint64_t seq, const emb_hdr_t *h
     }
     size_t idx = (size_t)r * (size_t)e->nworkers + (size_t)wk;
     size_t stamp_off = e->s_answer_stamp_off + idx * sizeof(uint64_t);
-    *(uint64_t *)(srv + stamp_off) = seq ^ EMB_ANSWER_MAGIC;
+    atomic_store_explicit((_Atomic uint64_t *)(srv + stamp_off), seq ^ EMB_ANSWER_MAGIC,
+                          memory_order_relaxed);
     size_t wbase = (size_t)wk * e->w_bytes;
-    /* rows, then the stamp on the same queue pair: placed in that order */
+    /* rows, then the stamp, on the one queue pair an endpoint has per peer:
+     * placed in that order */
     shs_status_t st = shs_write(e->apply_ep, r, e->srv, off, e->wbuf,
                                 wbase + e->w_rows_off + h->answer_off * sizeof(float),
                                 (size_t)h->count * e->row_bytes, 0);
@@ -82,7 +84,8 @@ static void acknowledge(shs_emb_t *e, int r, int wk, uint64_t seq)
     }
     size_t src = e->s_ack_off + ((size_t)r * (size_t)e->nworkers + (size_t)wk) * sizeof(uint64_t);
     /* the word only grows: a WRITE that reads a newer value is still right */
-    *(uint64_t *)((uint8_t *)shs_region_addr(e->srv) + src) = seq;
+    atomic_store_explicit((_Atomic uint64_t *)((uint8_t *)shs_region_addr(e->srv) + src), seq,
+                          memory_order_relaxed);
     shs_status_t st = shs_write(e->apply_ep, r, e->srv, src, e->wbuf, dst, sizeof(uint64_t), 0);
     if (st != SHS_OK)
         SHS_DEBUG("embedding: acknowledgement to rank %d: %s", r, shs_status_string(st));
@@ -95,9 +98,10 @@ static bool take(shs_emb_t *e, int r, int wk)
     uint64_t seq = e->expect[idx];
     uint8_t *slot = (uint8_t *)shs_region_addr(e->inbox) + emb_slot_off(e, r, wk, seq);
     emb_hdr_t *h = (emb_hdr_t *)slot;
-    if (atomic_load_explicit(&h->stamp, memory_order_acquire) != (seq ^ EMB_HEAD_MAGIC))
-        return false;
+    uint64_t stamp = atomic_load_explicit(&h->stamp, memory_order_acquire);
     uint32_t kind = h->kind, cnt = h->count;
+    if (stamp != emb_head_stamp(seq, kind, cnt))
+        return false; /* not here yet, or its fields not visible yet */
     if (cnt > e->max_batch || (kind != EMB_MSG_UPDATE && kind != EMB_MSG_LOOKUP)) {
         SHS_ERROR("embedding: malformed message %llu from rank %d worker %d (kind %u, %u rows)",
                   (unsigned long long)seq, r, wk, kind, cnt);

@@ -22,6 +22,8 @@ typedef struct emb_sig {
     uint64_t rows;
     uint32_t map, opt, max_batch, workers, nholders, path;
     uint64_t holders_hash;
+    uint64_t seed;
+    float lr, eps, init_scale;
 } emb_sig_t;
 
 static uint64_t hash_holders(const int *h, int n)
@@ -106,7 +108,8 @@ static shs_status_t agree(shs_emb_t *e, shs_status_t local)
                       .nholders = e->layout.shards, .path = (uint32_t)e->path,
                       .holders_hash = local == SHS_OK
                                           ? hash_holders(e->holder_rank, (int)e->layout.shards)
-                                          : 0};
+                                          : 0,
+                      .seed = e->seed, .lr = e->lr, .eps = e->eps, .init_scale = e->init_scale};
     emb_sig_t *all = calloc((size_t)e->size, sizeof(*all));
     if (all == NULL)
         return SHS_ERR_NO_MEMORY;
@@ -121,10 +124,12 @@ static shs_status_t agree(shs_emb_t *e, shs_status_t local)
         } else if (a->dim != z->dim || a->rows != z->rows || a->map != z->map ||
                    a->opt != z->opt || a->max_batch != z->max_batch ||
                    a->workers != z->workers || a->nholders != z->nholders ||
-                   a->holders_hash != z->holders_hash || a->path != z->path) {
+                   a->holders_hash != z->holders_hash || a->path != z->path ||
+                   a->seed != z->seed || memcmp(&a->lr, &z->lr, 3 * sizeof(float)) != 0) {
             SHS_ERROR("shs_emb_create: rank %d's table differs from rank 0's: rows %llu/%llu "
                       "dim %u/%u map %u/%u optimizer %u/%u max_batch %u/%u workers %u/%u "
-                      "holders %u/%u%s path %u/%u", r, (unsigned long long)a->rows,
+                      "holders %u/%u%s path %u/%u, or seed, lr, eps, init_scale", r,
+                      (unsigned long long)a->rows,
                       (unsigned long long)z->rows, a->dim, z->dim, a->map, z->map, a->opt,
                       z->opt, a->max_batch, z->max_batch, a->workers, z->workers, a->nholders,
                       z->nholders, a->holders_hash != z->holders_hash ? " (other ranks)" : "",
@@ -172,38 +177,54 @@ static shs_status_t alloc_regions(shs_emb_t *e)
     if ((st = shs__region_alloc_uneven(e->ctx, h ? srv : 0, lw, &e->srv)) != SHS_OK)
         return st;
     e->data = e->shard_rows > 0 ? shs_region_addr(e->shard) : NULL;
-    if (h && e->opt == SHS_EMB_OPT_ADAGRAD) {
-        e->state = calloc((size_t)(e->shard_rows > 0 ? e->shard_rows : 1), sizeof(float));
-        if (e->state == NULL)
-            return SHS_ERR_NO_MEMORY;
-    }
     for (uint64_t k = 0; k < e->shard_rows; k++)
         shs__emb_init_row(e->seed, shs__emb_global_row(&e->layout, (uint32_t)e->me, k),
                           e->init_scale, e->data + k * e->dim, e->dim);
     return SHS_OK;
 }
 
-static shs_status_t make_workers(shs_emb_t *e)
+/* Everything a rank allocates alone, before the collective steps, so that a
+ * failure here reaches every rank through agree() instead of leaving the
+ * peers waiting in an exchange this rank never joins. */
+static shs_status_t alloc_local(shs_emb_t *e)
 {
-    size_t S = e->layout.shards;
+    size_t S = e->layout.shards, senders = (size_t)e->size * (size_t)e->nworkers;
+    e->expect = malloc(senders * sizeof(uint64_t));
+    e->answer_pending = calloc(EMB_ANSWER_BUFS, sizeof(bool));
     e->workers = calloc((size_t)e->nworkers, sizeof(*e->workers));
-    if (e->workers == NULL)
+    if (e->expect == NULL || e->answer_pending == NULL || e->workers == NULL)
         return SHS_ERR_NO_MEMORY;
+    for (size_t i = 0; i < senders; i++)
+        e->expect[i] = 1;
+    if (e->me >= 0 && e->opt == SHS_EMB_OPT_ADAGRAD) {
+        e->state = calloc((size_t)(e->shard_rows > 0 ? e->shard_rows : 1), sizeof(float));
+        if (e->state == NULL)
+            return SHS_ERR_NO_MEMORY;
+    }
     for (int i = 0; i < e->nworkers; i++) {
         shs_emb_worker_t *w = &e->workers[i];
         w->emb = e;
         w->index = i;
         w->off = (size_t)i * e->w_bytes;
         shs_status_t st = shs__emb_plan_init(&w->plan, &e->layout, e->max_batch);
+        if (st == SHS_OK)
+            st = shs__emb_plan_init(&w->uplan, &e->layout, e->max_batch);
         if (st != SHS_OK)
             return st;
         w->grads = malloc((size_t)e->max_batch * e->row_bytes);
         w->sent = calloc(S, sizeof(uint64_t));
         w->answer_want = calloc(S, sizeof(uint64_t));
         w->via = calloc(S, 1);
-        if (w->grads == NULL || w->sent == NULL || w->answer_want == NULL || w->via == NULL)
+        w->gone = calloc(S, sizeof(bool));
+        if (w->grads == NULL || w->sent == NULL || w->answer_want == NULL || w->via == NULL ||
+            w->gone == NULL)
             return SHS_ERR_NO_MEMORY;
     }
+    return SHS_OK;
+}
+
+static shs_status_t make_endpoints(shs_emb_t *e)
+{
     /* endpoints pair by creation order on every rank: the apply thread's
      * first, then one per worker */
     shs_status_t st = shs_ctx_endpoint_create(e->ctx, &e->apply_ep);
@@ -218,6 +239,8 @@ static void free_table(shs_emb_t *e)
         shs_emb_worker_t *w = &e->workers[i];
         shs_ctx_destroy(w->ep);
         shs__emb_plan_fini(&w->plan);
+        shs__emb_plan_fini(&w->uplan);
+        free(w->gone);
         free(w->grads);
         free(w->sent);
         free(w->answer_want);
@@ -259,19 +282,14 @@ shs_status_t shs_emb_create(shs_ctx_t *ctx, const shs_emb_params_t *params, shs_
     shs_status_t st = resolve(e, params);
     if (st == SHS_OK)
         st = resolve_holders(e, params);
+    if (st == SHS_OK) {
+        plan_sizes(e);
+        st = alloc_local(e);
+    }
     st = agree(e, st);
     if (st != SHS_OK)
         goto err_free;
-    plan_sizes(e);
-    e->expect = malloc((size_t)e->size * (size_t)e->nworkers * sizeof(uint64_t));
-    e->answer_pending = calloc(EMB_ANSWER_BUFS, sizeof(bool));
-    if (e->expect == NULL || e->answer_pending == NULL) {
-        st = SHS_ERR_NO_MEMORY; /* peers fail in the next collective step */
-        goto err_free;
-    }
-    for (size_t i = 0; i < (size_t)e->size * (size_t)e->nworkers; i++)
-        e->expect[i] = 1;
-    if ((st = alloc_regions(e)) != SHS_OK || (st = make_workers(e)) != SHS_OK)
+    if ((st = alloc_regions(e)) != SHS_OK || (st = make_endpoints(e)) != SHS_OK)
         goto err_free;
     if (e->me >= 0 && (st = shs__emb_apply_start(e)) != SHS_OK)
         goto err_free;
@@ -295,6 +313,8 @@ void shs_emb_destroy(shs_emb_t *e)
 {
     if (e == NULL)
         return;
+    if (shs__ctx_refused(e->ctx, "shs_emb_destroy"))
+        return; /* logged: nothing released while the context is lent */
     /* no peer writes into this rank's inboxes after everyone is here */
     shs_status_t st = shs_ctx_barrier(e->ctx);
     if (st != SHS_OK)
@@ -352,14 +372,18 @@ shs_status_t shs_emb_save(shs_emb_t *e, const char *dir)
 {
     if (e == NULL || dir == NULL)
         return SHS_ERR_INVALID_ARG;
-    shs_status_t st = SHS_OK;
+    /* every rank is here, its workers flushed: no update still on its way */
+    shs_status_t st = shs_ctx_barrier(e->ctx);
+    if (st != SHS_OK)
+        return st;
     if (e->me >= 0)
         st = shs__emb_shard_save(dir, &e->layout, (uint32_t)e->me, e->dim, e->data, e->state);
     shs_status_t bs = shs_ctx_barrier(e->ctx);
     return st != SHS_OK ? st : bs;
 }
 
-static shs_status_t load_shard(shs_emb_t *e, const char *dir)
+/* Read this holder's part of the save into staging copies. */
+static shs_status_t load_stage(shs_emb_t *e, const char *dir, float **rows_p, float **state_p)
 {
     size_t n = (size_t)e->shard_rows;
     float *rows = malloc((n > 0 ? n : 1) * e->row_bytes);
@@ -369,14 +393,9 @@ static shs_status_t load_shard(shs_emb_t *e, const char *dir)
     if (rows != NULL && scratch != NULL && (e->state == NULL || state != NULL))
         st = shs__emb_shard_load(dir, &e->layout, (uint32_t)e->me, e->dim, rows, state,
                                  scratch, LOAD_SCRATCH_ROWS);
-    if (st == SHS_OK) {
-        memcpy(e->data, rows, n * e->row_bytes);
-        if (state != NULL)
-            memcpy(e->state, state, n * sizeof(float));
-    }
-    free(rows);
-    free(state);
     free(scratch);
+    *rows_p = rows;
+    *state_p = state;
     return st;
 }
 
@@ -384,9 +403,32 @@ shs_status_t shs_emb_load(shs_emb_t *e, const char *dir)
 {
     if (e == NULL || dir == NULL)
         return SHS_ERR_INVALID_ARG;
-    shs_status_t st = SHS_OK;
+    /* every rank is here, its workers flushed: the apply threads are idle */
+    shs_status_t st = shs_ctx_barrier(e->ctx);
+    if (st != SHS_OK)
+        return st;
+    float *rows = NULL, *state = NULL;
     if (e->me >= 0 && e->shard_rows > 0)
-        st = load_shard(e, dir);
+        st = load_stage(e, dir, &rows, &state);
+    /* every holder commits or none does: a table half old, half loaded
+     * would be a silent wrong result */
+    int32_t mine = st, *all = calloc((size_t)e->size, sizeof(int32_t));
+    shs_status_t gs = all != NULL ? shs__ctx_allgather(e->ctx, &mine, sizeof(mine), all)
+                                  : SHS_ERR_NO_MEMORY;
+    for (int r = 0; gs == SHS_OK && r < e->size; r++)
+        if (all[r] != SHS_OK && st == SHS_OK) {
+            SHS_ERROR("shs_emb_load: rank %d could not load %s (%s); no rank changed its rows",
+                      r, dir, shs_status_string((shs_status_t)all[r]));
+            st = SHS_ERR_PEER_FAILED;
+        }
+    if (st == SHS_OK && gs == SHS_OK && rows != NULL) {
+        memcpy(e->data, rows, (size_t)e->shard_rows * e->row_bytes);
+        if (state != NULL)
+            memcpy(e->state, state, (size_t)e->shard_rows * sizeof(float));
+    }
+    free(all);
+    free(rows);
+    free(state);
     shs_status_t bs = shs_ctx_barrier(e->ctx);
-    return st != SHS_OK ? st : bs;
+    return st != SHS_OK ? st : gs != SHS_OK ? gs : bs;
 }

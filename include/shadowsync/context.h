@@ -135,8 +135,9 @@ SHS_API void shs_ctx_destroy(shs_ctx_t *ctx);
 
 /*
  * shs_ctx_endpoint_create - a new endpoint of ctx (see "Endpoints" above):
- * a completion queue and a connected queue pair (SHS_QPS_PER_PEER of them)
- * to every peer, on ctx's device and protection domain. Collective: every
+ * a completion queue and one connected queue pair to every peer (whatever
+ * SHS_QPS_PER_PEER says: operations of an endpoint to a peer are placed in
+ * the order they were posted), on ctx's device and protection domain. Collective: every
  * rank creates its endpoints in the same order (they pair by order), on the
  * thread that drives ctx. Endpoints connect out of band over the bootstrap
  * whatever SHS_CONNECT says. Release with shs_ctx_destroy(ep) on the thread

@@ -51,6 +51,12 @@
  *
  * Bad input (an id >= rows, a NULL buffer, a batch above max_batch) is
  * refused with SHS_ERR_INVALID_ARG before anything is sent or changed.
+ *
+ * Memory. Beyond its shard (rows x dim x 4 / holders, and 4 bytes a row
+ * for Adagrad), a holder keeps an inbox of ranks x workers x SHS_EMB_SLOTS
+ * slots, and every rank per worker a buffer of max_batch rows plus holders
+ * x SHS_EMB_SLOTS send slots; a slot holds max_batch x (8 + dim x 4) bytes.
+ * This does not grow with rows: keep max_batch to the batches you use.
  */
 #ifndef SHADOWSYNC_EMBEDDING_H
 #define SHADOWSYNC_EMBEDDING_H
@@ -119,9 +125,9 @@ typedef struct shs_emb_params {
 
 /*
  * shs_emb_create - make a table. Collective: every rank of ctx calls it with
- * the same rows, dim, map, holders, optimizer, max_batch and workers (a
- * difference fails every rank with SHS_ERR_SIZE_MISMATCH, logged with the
- * field), on the thread that drives ctx, while ctx is not lent. Holders
+ * the same rows, dim, map, holders, optimizer, lr, eps, init_scale, seed,
+ * max_batch, workers and path (a difference fails every rank with
+ * SHS_ERR_SIZE_MISMATCH, logged with the fields), on the thread that drives ctx, while ctx is not lent. Holders
  * allocate their shard in registered memory on the device's NUMA node
  * (hugepages when SHS_HUGEPAGES allows) and start the apply thread. *emb_p
  * is owned by the caller; shs_emb_destroy releases it.
@@ -139,7 +145,8 @@ SHS_API shs_status_t shs_emb_create(shs_ctx_t *ctx, const shs_emb_params_t *para
  * shs_emb_destroy - stop the apply thread and release the table. Collective
  * (it waits at a barrier so that no peer still writes into this rank's
  * inboxes): every worker's thread must have returned from its last call.
- * Updates not flushed are lost. NULL is ignored.
+ * Updates not flushed are lost. NULL is ignored. Refused (logged, nothing
+ * released) while ctx is lent to the shadow thread.
  */
 SHS_API void shs_emb_destroy(shs_emb_t *emb);
 
@@ -154,8 +161,12 @@ SHS_API shs_emb_worker_t *shs_emb_worker(shs_emb_t *emb, int i);
  * Status: SHS_OK; SHS_ERR_INVALID_ARG (NULL, n > max_batch, out too
  * small, an id >= rows: logged with its position; nothing is sent);
  * SHS_ERR_BAD_STATE (a lookup started and not waited for);
- * SHS_ERR_PEER_FAILED (a holder of some asked row failed; out is then
- * partial); SHS_ERR_TIMEOUT.
+ * SHS_ERR_PEER_FAILED (a holder of some asked row failed);
+ * SHS_ERR_REMOTE_ACCESS / SHS_ERR_TRANSPORT (the completion error that
+ * failed a holder, returned once); SHS_ERR_DEVICE; SHS_ERR_TIMEOUT (a
+ * holder neither answered nor failed within the op timeout: this worker
+ * asks it nothing more, as its answer could still land). On any error out
+ * is left as it was.
  */
 SHS_API shs_status_t shs_emb_lookup(shs_emb_worker_t *w, const uint64_t *ids, size_t n,
                                     float *out, size_t out_len);
@@ -165,7 +176,9 @@ SHS_API shs_status_t shs_emb_lookup(shs_emb_worker_t *w, const uint64_t *ids, si
  * start checks and plans the batch and posts its transfers; wait completes
  * them and packs the rows into out. ids may change after start returns.
  * One lookup at a time per worker; an update may be made between the two.
- * Status: as shs_emb_lookup; wait without a start is SHS_ERR_BAD_STATE.
+ * Status: as shs_emb_lookup; wait without a start is SHS_ERR_BAD_STATE; an
+ * out too small for the started ids is SHS_ERR_INVALID_ARG from wait, after
+ * the transfers completed (the lookup is then over).
  */
 SHS_API shs_status_t shs_emb_lookup_start(shs_emb_worker_t *w, const uint64_t *ids, size_t n);
 SHS_API shs_status_t shs_emb_lookup_wait(shs_emb_worker_t *w, float *out, size_t out_len);
@@ -186,9 +199,11 @@ SHS_API shs_status_t shs_emb_lookup_pooled(shs_emb_worker_t *w, const uint64_t *
  * update is handed to the device (grads may be reused), not once applied.
  *
  * Status: SHS_OK; SHS_ERR_INVALID_ARG (as lookup; nothing is sent to any
- * holder); SHS_ERR_PEER_FAILED (a holder of some row failed: the other
- * holders' parts were sent); SHS_ERR_TIMEOUT (a holder applied nothing for
- * the op timeout while this worker waited for a free slot).
+ * holder); SHS_ERR_PEER_FAILED (a holder of some row failed) or
+ * SHS_ERR_TIMEOUT (a holder applied nothing for the op timeout while this
+ * worker waited for a free slot): in both cases the other holders' parts
+ * were sent; SHS_ERR_REMOTE_ACCESS / SHS_ERR_TRANSPORT / SHS_ERR_DEVICE as
+ * lookup.
  */
 SHS_API shs_status_t shs_emb_update(shs_emb_worker_t *w, const uint64_t *ids, size_t n,
                                     const float *grads);
@@ -238,8 +253,9 @@ SHS_API shs_status_t shs_emb_stats(const shs_emb_t *emb, shs_emb_stats_t *stats_
  * shs_emb_save - write the shards to directory dir (it must exist, shared by
  * the holders when they are on several hosts): one file per shard,
  * shard-<s>-of-<S>.emb, with rows, dim, mapping and the Adagrad state.
- * Collective; call it after every worker's flush (updates in flight are not
- * in the save). Each rank returns its own status, after a barrier.
+ * Collective: it starts with a barrier, so call it once every worker of
+ * every rank has flushed (updates in flight are not in the save). Each rank
+ * returns its own status, after a closing barrier.
  * Status: SHS_OK; SHS_ERR_IO (logged with the path); SHS_ERR_INVALID_ARG.
  */
 SHS_API shs_status_t shs_emb_save(shs_emb_t *emb, const char *dir);
@@ -247,12 +263,16 @@ SHS_API shs_status_t shs_emb_save(shs_emb_t *emb, const char *dir);
 /*
  * shs_emb_load - replace the table's rows (and Adagrad state) with a save
  * made by a job with any number of holders and either mapping, of the same
- * rows and dim. Collective; no worker may be in a call. A holder reads the
- * save into a staging copy first, so on an error its shard is unchanged.
- * Each rank returns its own status, after a barrier.
+ * rows and dim. Collective: it starts with a barrier, so every worker of
+ * every rank must have flushed and none be in a call. Holders read the
+ * save into staging copies, the ranks exchange their outcome, and either
+ * every holder takes the new rows or none does: on any rank's error no
+ * rank's table changes.
  * Status: SHS_OK; SHS_ERR_IO; SHS_ERR_SIZE_MISMATCH (other rows or dim);
  * SHS_ERR_PROTOCOL (not a save, or mixed saves); SHS_ERR_UNSUPPORTED
- * (Adagrad state wanted, the save has none); SHS_ERR_NO_MEMORY.
+ * (Adagrad state wanted, the save has none); SHS_ERR_NO_MEMORY (this
+ * rank's own failure); SHS_ERR_PEER_FAILED (another rank's load failed,
+ * logged with its status).
  */
 SHS_API shs_status_t shs_emb_load(shs_emb_t *emb, const char *dir);
 

@@ -20,7 +20,8 @@
  *   bad      bad input refused with nothing sent; ranks that disagree on
  *            the table fail every rank
  *   save     save, then load into 2 holders with the other mapping: the
- *            same rows
+ *            same rows; a load that fails leaves every rank's rows as they
+ *            were
  *
  * Exit status: 0 pass, 1 fail, 77 no RDMA device.
  */
@@ -416,12 +417,19 @@ static void case_bad(shs_ctx_t *ctx)
     CHECK_EQ(shs_emb_lookup_wait(w, out, BATCH * DIM), SHS_ERR_BAD_STATE);
     CHECK_OK(shs_emb_lookup_start(w, ids, 8));
     CHECK_EQ(shs_emb_lookup_start(w, ids, 8), SHS_ERR_BAD_STATE);
+    /* an update between start and wait leaves the lookup's rows alone */
+    static uint64_t other[64];
+    static float zero[64 * DIM];
+    for (int k = 0; k < 64; k++)
+        other[k] = (uint64_t)(1000 + 7 * k);
+    CHECK_OK(shs_emb_update(w, other, 64, zero));
     CHECK_OK(shs_emb_lookup_wait(w, out, BATCH * DIM));
+    expect_rows(ids, 8, out, NULL, "start, update, wait");
     if (shs_emb_worker(emb, 1) != NULL || shs_emb_worker(emb, -1) != NULL)
         fail("a worker out of range");
     shs_emb_stats_t s;
     CHECK_OK(shs_emb_stats(emb, &s));
-    if (s.lookups != 1 || s.updates != 0 || s.bytes_fetched > 8 * DIM * sizeof(float))
+    if (s.lookups != 1 || s.updates != 1 || s.bytes_fetched > 8 * DIM * sizeof(float))
         fail("refused calls sent something: lookups %llu updates %llu bytes %llu",
              (unsigned long long)s.lookups, (unsigned long long)s.updates,
              (unsigned long long)s.bytes_fetched);
@@ -482,8 +490,14 @@ static void case_save(shs_ctx_t *ctx)
     shs_emb_t *c;
     CHECK_OK(shs_emb_create(ctx, &pc, &c));
     shs_status_t st = shs_emb_load(c, dir);
-    if (st != (g_rank < 2 ? SHS_ERR_SIZE_MISMATCH : SHS_OK))
+    if (st != (g_rank < 2 ? SHS_ERR_SIZE_MISMATCH : SHS_ERR_PEER_FAILED))
         fail("load of another dim: %s", shs_status_string(st));
+    for (size_t k = 0; k < BATCH; k++) /* every rank still sees the rows it had: 0 */
+        ids[k] = k;
+    CHECK_OK(shs_emb_lookup(shs_emb_worker(c, 0), ids, BATCH, after, BATCH * DIM));
+    for (size_t k = 0; k < BATCH * (DIM / 2); k++)
+        if (after[k] != 0.0f)
+            fail("a failed load changed value %zu to %g", k, (double)after[k]);
     shs_emb_destroy(c);
     shs_emb_destroy(b);
     shs_emb_destroy(a);
