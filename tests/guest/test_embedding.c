@@ -25,6 +25,7 @@
  *
  * Exit status: 0 pass, 1 fail, 77 no RDMA device.
  */
+#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -33,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -349,6 +351,38 @@ static void case_shadow(shs_ctx_t *ctx)
 
 /* ------------------------------------------------------------------ kill */
 
+/* The survivors wait for each other before they exit: a survivor that left
+ * early would take its apply thread with it while another still flushes an
+ * update to it. A bootstrap barrier fails as soon as the dead rank is seen,
+ * so the ranks (one host, one guest) meet through files named by the job's
+ * token, bounded by a deadline. */
+static void survivors_meet(int survivors)
+{
+    char dir[160], path[200];
+    const char *token = getenv("SHS_JOB_TOKEN");
+    snprintf(dir, sizeof(dir), "/tmp/shs-emb-kill-%s", token != NULL ? token : "none");
+    mkdir(dir, 0700);
+    snprintf(path, sizeof(path), "%s/%d", dir, g_rank);
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        fail("cannot create %s", path);
+    fclose(f);
+    double t0 = now_s();
+    for (;;) {
+        int here = 0;
+        DIR *d = opendir(dir);
+        for (struct dirent *de; d != NULL && (de = readdir(d)) != NULL;)
+            here += de->d_name[0] != '.';
+        if (d != NULL)
+            closedir(d);
+        if (here >= survivors)
+            return;
+        if (now_s() - t0 > 120.0)
+            fail("only %d of %d survivors reached the end", here, survivors);
+        usleep(20 * 1000);
+    }
+}
+
 static void case_kill(shs_ctx_t *ctx)
 {
     enum { VICTIM = 2 };
@@ -392,6 +426,7 @@ static void case_kill(shs_ctx_t *ctx)
         fail("stats count %llu peer failures", (unsigned long long)s.peer_failures);
     printf("rank %d: dead holder refused in %.1f s; the rest works\n", g_rank, now_s() - t0);
     fflush(stdout);
+    survivors_meet(n - 1);
     _exit(RC_OK); /* no collective teardown with a dead rank */
 }
 
