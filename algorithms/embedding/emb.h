@@ -74,7 +74,6 @@ struct shs_emb_worker {
     uint8_t *via;             /* per holder: how this lookup's rows come (EMB_VIA_*) */
     size_t started_n;
     shs_status_t start_status;
-    size_t off;               /* this worker's part of wbuf */
     emb_counters_t c;
 };
 

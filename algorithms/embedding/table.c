@@ -205,7 +205,6 @@ static shs_status_t alloc_local(shs_emb_t *e)
         shs_emb_worker_t *w = &e->workers[i];
         w->emb = e;
         w->index = i;
-        w->off = (size_t)i * e->w_bytes;
         shs_status_t st = shs__emb_plan_init(&w->plan, &e->layout, e->max_batch);
         if (st == SHS_OK)
             st = shs__emb_plan_init(&w->uplan, &e->layout, e->max_batch);
