@@ -20,6 +20,15 @@ static void peer_failv(int level, shs__peer_t *peer, shs_status_t status, const 
     peer->fail_status = status;
     atomic_store_explicit(&peer->failed, 1, memory_order_release);
     SHS__LOG_AT(level, "peer %d (%s) failed: %s", peer->rank, peer->addr, peer->reason);
+    /* a peer that failed on an endpoint failed for the whole process: the
+     * context and its other endpoints stop waiting for it too */
+    if (peer->up != NULL && !atomic_flag_test_and_set(&peer->up->claimed)) {
+        const char pre[] = "seen on an endpoint: ";
+        snprintf(peer->up->reason, sizeof(peer->up->reason), "%s%.*s", pre,
+                 (int)(sizeof(peer->up->reason) - sizeof(pre)), peer->reason);
+        peer->up->fail_status = SHS_ERR_PEER_FAILED;
+        atomic_store_explicit(&peer->up->failed, 1, memory_order_release);
+    }
 }
 
 void shs__peer_fail(shs__peer_t *peer, shs_status_t status, const char *fmt, ...)
@@ -67,6 +76,7 @@ shs_status_t shs__mesh_alloc(shs_ctx_t *ctx)
         atomic_init(&peer->failed, 0);
         atomic_flag_clear(&peer->claimed);
         snprintf(peer->addr, sizeof(peer->addr), "rank %d", r);
+        peer->up = ctx->parent != NULL ? &ctx->parent->peers[r] : NULL;
         if (r == ctx->rank)
             continue;
         peer->conns = calloc((size_t)qpp, sizeof(*peer->conns));

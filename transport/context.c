@@ -337,7 +337,7 @@ shs_status_t shs_ctx_peer_status(const shs_ctx_t *ctx, int peer, const char **re
     const shs__peer_t *p = &ctx->peers[peer];
     if (!shs__peer_is_failed(p))
         return SHS_OK;
-    if (reason_p != NULL)
-        *reason_p = p->reason;
+    if (reason_p != NULL) /* failed here, or on the context (an endpoint's) */
+        *reason_p = atomic_load(&p->failed) ? p->reason : p->up->reason;
     return SHS_ERR_PEER_FAILED;
 }

@@ -72,7 +72,10 @@ int shs__poll(shs_ctx_t *ctx)
  * (to the flush that finds it), then "peer failed". */
 static shs_status_t peer_failed_status(shs__peer_t *peer, bool report)
 {
-    if (report && !peer->fail_reported) {
+    /* an endpoint's peer failed on the context (peer->up) has no status
+     * of its own to report */
+    if (report && !peer->fail_reported &&
+        atomic_load_explicit(&peer->failed, memory_order_acquire)) {
         peer->fail_reported = true;
         return peer->fail_status;
     }

@@ -137,6 +137,10 @@ typedef struct shs__peer {
     bool fail_reported;
     char reason[SHS__REASON_LEN];
     char addr[64];            /* the peer's IP (or GID) for messages */
+    /* an endpoint's peer: the same rank in the parent context, whose
+     * failure is this one's too, and which learns of this one's (NULL on a
+     * context) */
+    struct shs__peer *up;
     shs__conn_t *conns;       /* qps_per_peer */
     unsigned rr;              /* next connection for round robin */
     /* received immediates not yet taken; the receive is reposted on take */
@@ -280,7 +284,8 @@ void shs__peer_fail_at(int log_level, shs__peer_t *peer, shs_status_t status,
 
 static inline bool shs__peer_is_failed(const shs__peer_t *peer)
 {
-    return atomic_load_explicit(&peer->failed, memory_order_acquire) != 0;
+    return atomic_load_explicit(&peer->failed, memory_order_acquire) != 0 ||
+           (peer->up != NULL && atomic_load_explicit(&peer->up->failed, memory_order_acquire) != 0);
 }
 
 /* connection establishment (conn_oob.c, conn_rdmacm.c) */

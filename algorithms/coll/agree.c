@@ -30,7 +30,7 @@ static shs_status_t abort_call(shs__coll_ring_t *r, unsigned why, int origin, in
     int to[2] = {r->left, r->right};
     for (int k = 0; k < 2; k++)
         if (to[k] != from && (k == 0 || to[1] != to[0]))
-            (void)shs_write_imm(coll->ctx, to[k], coll->inbox, 0, coll->inbox, 0, 0, imm, 0);
+            (void)shs_write_imm(coll->io, to[k], coll->inbox, 0, coll->inbox, 0, 0, imm, 0);
     return SHS_ERR_SIZE_MISMATCH;
 }
 
@@ -40,7 +40,7 @@ shs_status_t shs__coll_take_abort(shs__coll_ring_t *r)
     int from[2] = {r->left, r->right};
     for (int k = 0; k < 2 && (k == 0 || from[1] != from[0]); k++) {
         uint32_t imm;
-        if (shs_poll_imm_match(r->coll->ctx, from[k], CTRL_MATCH_MASK,
+        if (shs_poll_imm_match(r->coll->io, from[k], CTRL_MATCH_MASK,
                                shs__coll_imm(r, KIND_CTRL, 0), NULL, &imm) != SHS_OK)
             continue; /* nothing there; a failed peer is found elsewhere */
         unsigned why;
@@ -81,7 +81,7 @@ static shs_status_t area_grant(shs__coll_ring_t *r, const shs__call_sig_t *sig, 
     shs_coll_t *coll = r->coll;
     size_t src = sig_off(coll, coll->rank, coll->grants++);
     memcpy((char *)shs_region_addr(coll->inbox) + src, sig, sizeof(*sig));
-    return shs_write_imm(coll->ctx, r->left, coll->inbox, src, coll->inbox,
+    return shs_write_imm(coll->io, r->left, coll->inbox, src, coll->inbox,
                          sig_off(coll, coll->rank, r->seq_from), sizeof(*sig), grant, 0);
 }
 
@@ -131,11 +131,11 @@ const shs__coll_agree_ops_t shs__coll_agree_area = {
 static shs_status_t hash_grant(shs__coll_ring_t *r, const shs__call_sig_t *sig, uint32_t grant)
 {
     shs_coll_t *coll = r->coll;
-    shs_status_t st = shs_write_imm(coll->ctx, r->left, coll->inbox, 0, coll->inbox, 0, 0,
+    shs_status_t st = shs_write_imm(coll->io, r->left, coll->inbox, 0, coll->inbox, 0, 0,
                                     shs__coll_imm(r, KIND_CTRL, CTRL_HASH | shs__coll_sig_hash(sig)),
                                     0);
     if (st == SHS_OK)
-        st = shs_write_imm(coll->ctx, r->left, coll->inbox, 0, coll->inbox, 0, 0, grant, 0);
+        st = shs_write_imm(coll->io, r->left, coll->inbox, 0, coll->inbox, 0, 0, grant, 0);
     return st;
 }
 

@@ -30,14 +30,14 @@ static bool group_valid(const shs_coll_t *coll, const shs_group_t *group)
     return true;
 }
 
-/* A refused call changes nothing: a context lent to the shadow thread is
- * not this call's failure, and the collective stays usable after the stop. */
+/* A refused call changes nothing: a forked child's copy, or an endpoint
+ * lent to another thread, is not this call's failure. */
 static shs_status_t check_call(shs_coll_t *coll, const char *call, const shs_group_t *group,
                                shs_dtype_t dtype, shs_reduce_t op, int *n_p, int *me_p)
 {
     if (coll == NULL)
         return SHS_ERR_INVALID_ARG;
-    if (shs__ctx_refused(coll->ctx, call))
+    if (shs__ctx_refused(coll->io, call))
         return SHS_ERR_BAD_STATE;
     if (shs_dtype_size(dtype) == 0 || (op != SHS_REDUCE_SUM && op != SHS_REDUCE_AVG))
         return SHS_ERR_INVALID_ARG;

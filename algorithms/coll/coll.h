@@ -23,6 +23,7 @@
 
 #include <shadowsync/collective.h>
 
+#include "algorithms/coll/endpoint.h"
 #include "runtime/config.h"
 
 /* Immediate layout: channel (8 bits) | kind (2 bits) | payload (22 bits).
@@ -116,7 +117,9 @@ extern const shs__coll_agree_ops_t shs__coll_agree_area;
 extern const shs__coll_agree_ops_t shs__coll_agree_hash;
 
 struct shs_coll {
-    shs_ctx_t *ctx;
+    shs_ctx_t *ctx;          /* regions and the setup's barriers */
+    shs_ctx_t *io;           /* the calls' writes, polls and channel: ctx, or an
+                                endpoint of it (shs__coll_create_on) */
     int rank;
     int size;
     shs__coll_conf_t conf;

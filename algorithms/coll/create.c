@@ -119,7 +119,7 @@ static shs_status_t resolve_params(shs_coll_t *coll, const shs_coll_params_t *pa
     coll->agree = coll->conf.eager_bytes >= SIG_AREA ? &shs__coll_agree_area
                                                      : &shs__coll_agree_hash;
     unsigned chan;
-    st = shs__ctx_channel_take(coll->ctx, coll->conf.channel, "a collective", &chan);
+    st = shs__ctx_channel_take(coll->io, coll->conf.channel, "a collective", &chan);
     if (st != SHS_OK)
         return st;
     coll->chan_taken = true;
@@ -203,7 +203,13 @@ static shs_status_t check_same_params(shs_coll_t *coll, shs_status_t local)
 shs_status_t shs_coll_create(shs_ctx_t *ctx, const shs_coll_params_t *params,
                              shs_coll_t **coll_p)
 {
-    if (ctx == NULL || coll_p == NULL)
+    return shs__coll_create_on(ctx, ctx, params, coll_p);
+}
+
+shs_status_t shs__coll_create_on(shs_ctx_t *ctx, shs_ctx_t *io, const shs_coll_params_t *params,
+                                 shs_coll_t **coll_p)
+{
+    if (ctx == NULL || io == NULL || coll_p == NULL)
         return SHS_ERR_INVALID_ARG;
     if (shs__ctx_refused(ctx, "shs_coll_create"))
         return SHS_ERR_BAD_STATE;
@@ -213,6 +219,7 @@ shs_status_t shs_coll_create(shs_ctx_t *ctx, const shs_coll_params_t *params,
     if (coll == NULL)
         return SHS_ERR_NO_MEMORY;
     coll->ctx = ctx;
+    coll->io = io;
     coll->rank = shs_ctx_rank(ctx);
     coll->size = shs_ctx_size(ctx);
     /* A bad parameter on one rank is reported to all through the check, so
@@ -252,7 +259,7 @@ err_free_calls:
     free(coll->calls_from);
 err_give_channel:
     if (coll->chan_taken)
-        shs__ctx_channel_give(ctx, coll->chan >> IMM_CHAN_SHIFT);
+        shs__ctx_channel_give(coll->io, coll->chan >> IMM_CHAN_SHIFT);
     free(coll);
     return st;
 }
@@ -266,7 +273,7 @@ void shs_coll_destroy(shs_coll_t *coll)
     shs_region_destroy(coll->stage);
     shs_region_destroy(coll->inbox);
     if (coll->chan_taken)
-        shs__ctx_channel_give(coll->ctx, coll->chan >> IMM_CHAN_SHIFT);
+        shs__ctx_channel_give(coll->io, coll->chan >> IMM_CHAN_SHIFT);
     free(coll->calls_to);
     free(coll->calls_from);
     free(coll);

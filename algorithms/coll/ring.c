@@ -138,7 +138,7 @@ static shs_status_t post_sends(shs__coll_ring_t *r, bool *moved)
         size_t off, len;
         chunk_range(r, send_seg(r, r->su), r->sc, &off, &len);
         bool last = r->sent + 1 == r->send_total;
-        shs_status_t st = shs_write_imm(coll->ctx, r->right, r->reg, r->reg_off + off * r->es,
+        shs_status_t st = shs_write_imm(coll->io, r->right, r->reg, r->reg_off + off * r->es,
                                         coll->inbox,
                                         shs__coll_slot_of(coll, coll->rank, r->sent, r->send_eager),
                                         len * r->es, shs__coll_imm(r, KIND_DATA, r->sent),
@@ -241,7 +241,7 @@ static shs_status_t idle_checks(shs__coll_ring_t *r)
         return SHS_OK;
     for (int k = 0; k < r->n; k++) {
         int m = r->group == NULL ? k : r->group->ranks[k];
-        if (k != r->me && shs_ctx_peer_status(coll->ctx, m, NULL) != SHS_OK)
+        if (k != r->me && shs_ctx_peer_status(coll->io, m, NULL) != SHS_OK)
             return shs__coll_fail(r, SHS_ERR_PEER_FAILED, m, "giving up: the group's member");
     }
     return SHS_OK;

@@ -49,7 +49,7 @@ shs_status_t shs__coll_protocol_error(shs__coll_ring_t *r, int peer, const char 
 shs_status_t shs__coll_credit_left(shs__coll_ring_t *r, uint64_t seq)
 {
     shs_coll_t *coll = r->coll;
-    shs_status_t st = shs_write_imm(coll->ctx, r->left, coll->inbox, 0, coll->inbox, 0, 0,
+    shs_status_t st = shs_write_imm(coll->io, r->left, coll->inbox, 0, coll->inbox, 0, 0,
                                     shs__coll_imm(r, KIND_CREDIT, seq), 0);
     return st == SHS_OK ? st : shs__coll_fail(r, st, r->left, "notifying");
 }
@@ -59,7 +59,7 @@ shs_status_t shs__coll_credit_left(shs__coll_ring_t *r, uint64_t seq)
 shs_status_t shs__coll_poll(shs__coll_ring_t *r, int peer, uint32_t mask, uint32_t match,
                             uint32_t *imm_p, bool *got, const char *what)
 {
-    shs_status_t st = shs_poll_imm_match(r->coll->ctx, peer, mask, match, NULL, imm_p);
+    shs_status_t st = shs_poll_imm_match(r->coll->io, peer, mask, match, NULL, imm_p);
     *got = st == SHS_OK;
     if (st == SHS_OK || st == SHS_ERR_TIMEOUT)
         return SHS_OK;
@@ -94,7 +94,7 @@ static shs_status_t take_flush(shs__coll_ring_t *r, bool *moved)
 {
     if (r->sent != r->send_total || r->send_total == 0 || r->flushed)
         return SHS_OK;
-    shs_status_t st = shs_flush_test(r->coll->ctx, r->right);
+    shs_status_t st = shs_flush_test(r->coll->io, r->right);
     if (st == SHS_ERR_TIMEOUT)
         return SHS_OK;
     if (st != SHS_OK)

@@ -313,7 +313,7 @@ void shs_emb_destroy(shs_emb_t *e)
     if (e == NULL)
         return;
     if (shs__ctx_refused(e->ctx, "shs_emb_destroy"))
-        return; /* logged: nothing released while the context is lent */
+        return; /* logged: a forked child releases nothing */
     /* no peer writes into this rank's inboxes after everyone is here */
     shs_status_t st = shs_ctx_barrier(e->ctx);
     if (st != SHS_OK)

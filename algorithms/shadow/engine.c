@@ -232,9 +232,13 @@ shs_status_t shs_shadow_create(shs_ctx_t *ctx, shs_region_t *model, size_t offse
     st = alloc_peers(sh);
     if (st != SHS_OK)
         goto err_free_peers;
-    st = alloc_regions(sh); /* collective from here: the same order on every rank */
+    /* collective from here: the same order on every rank */
+    st = shs_ctx_endpoint_create(ctx, &sh->io);
     if (st != SHS_OK)
         goto err_free_peers;
+    st = alloc_regions(sh);
+    if (st != SHS_OK)
+        goto err_destroy_io;
     st = shs__view_init(&sh->view, sh->rank, sh->size, sh->hdr->failed);
     if (st != SHS_OK)
         goto err_free_regions;
@@ -259,6 +263,8 @@ err_fini_view:
     shs__view_fini(&sh->view);
 err_free_regions:
     free_regions(sh);
+err_destroy_io:
+    shs_ctx_destroy(sh->io);
 err_free_peers:
     free_peers(sh);
 err_free:
@@ -274,7 +280,7 @@ void shs_shadow_destroy(shs_shadow_t *sh)
     __atomic_store_n(&sh->hdr->stopped, 1, __ATOMIC_RELEASE);
     /* every rank stops reading and writing this rank's regions before any
      * of them is deregistered */
-    (void)shs_flush(sh->ctx, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT);
+    (void)shs_flush(sh->io, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT);
     if (sh->view.ndead > 0) {
         /* the barrier counts every rank: with a peer gone it could only
          * fail, after SHS_BOOTSTRAP_TIMEOUT_MS when the peer's host went
@@ -292,6 +298,7 @@ void shs_shadow_destroy(shs_shadow_t *sh)
     if (sh->ops->teardown != NULL)
         sh->ops->teardown(sh);
     shs__region_release(sh->model);
+    shs_ctx_destroy(sh->io);
     free_regions(sh);
     pthread_cond_destroy(&sh->cond);
     pthread_mutex_destroy(&sh->lock);

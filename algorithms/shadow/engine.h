@@ -118,7 +118,9 @@ typedef struct shs__shadow_stats {
 } shs__shadow_stats_t;
 
 struct shs_shadow {
-    shs_ctx_t *ctx;
+    shs_ctx_t *ctx; /* the caller's: regions, barriers, the knobs */
+    shs_ctx_t *io;  /* the engine's endpoint of ctx: every read, write and poll
+                       of a round, lent to the shadow thread while it runs */
     int rank, size;
     shs_region_t *model;
     size_t model_off; /* bytes */
@@ -247,8 +249,10 @@ struct shs__hdr_wait {
 };
 shs_status_t shs__wait_headers(shs_shadow_t *sh, shs__hdr_wait_t *hw, bool cancellable);
 
-/* path_ring.c: a collective for the engine's own registered memory */
-shs_status_t shs__shadow_coll(shs_shadow_t *sh, shs_coll_t **coll_p);
+/* path_ring.c: a collective for the engine's own registered memory, set up
+ * on sh->ctx, its calls on io (sh->io for the thread's, sh->ctx for the
+ * caller's) */
+shs_status_t shs__shadow_coll(shs_shadow_t *sh, shs_ctx_t *io, shs_coll_t **coll_p);
 
 /* path_pull.c */
 shs_status_t shs__round_pull(shs_shadow_t *sh, uint64_t r, const shs_group_t *grp);

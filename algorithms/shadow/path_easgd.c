@@ -44,7 +44,7 @@ shs_status_t shs__easgd_service(shs_shadow_t *sh, bool ack)
     for (;;) {
         int from = -1;
         uint32_t imm = 0;
-        shs_status_t st = shs_poll_imm_match(sh->ctx, SHS_PEER_ANY, IMM_CHANNEL_MASK,
+        shs_status_t st = shs_poll_imm_match(sh->io, SHS_PEER_ANY, IMM_CHANNEL_MASK,
                                              e->channel, &from, &imm);
         if (st == SHS_ERR_TIMEOUT)
             return SHS_OK;
@@ -58,7 +58,7 @@ shs_status_t shs__easgd_service(shs_shadow_t *sh, bool ack)
             shs__easgd_center_apply(e->center, d, e->my_len);
             if (!ack)
                 continue;
-            st = shs_write_imm(sh->ctx, from, sh->pub, 0, e->inbox_reg, 0, 0,
+            st = shs_write_imm(sh->io, from, sh->pub, 0, e->inbox_reg, 0, 0,
                                imm_make(sh, IMM_TAG_ACK, 0), 0);
             if (st != SHS_OK)
                 shs__shadow_note_error(sh, st);
@@ -92,7 +92,7 @@ static bool credit_poll(shs_shadow_t *sh, void *arg)
     cw->st = shs__easgd_service(sh, true);
     if (cw->st != SHS_OK || sh->easgd.credits[o] > 0)
         return true;
-    if (shs_ctx_peer_status(sh->ctx, o, NULL) != SHS_OK) {
+    if (shs_ctx_peer_status(sh->io, o, NULL) != SHS_OK) {
         cw->st = SHS_ERR_PEER_FAILED;
         return true;
     }
@@ -148,7 +148,7 @@ static shs_status_t read_center(shs_shadow_t *sh, const shs_group_t *grp)
             memcpy(sh->acc + off, sh->easgd.center, len * sizeof(float));
             continue;
         }
-        shs_status_t st = shs_read(sh->ctx, o, sh->acc_reg, off * sizeof(float),
+        shs_status_t st = shs_read(sh->io, o, sh->acc_reg, off * sizeof(float),
                                    sh->easgd.center_reg, 0, len * sizeof(float), SHS_OP_SIGNAL);
         if (st != SHS_OK) {
             sh->state[o] = SHS__PEER_SKIP;
@@ -181,7 +181,7 @@ static shs_status_t send_delta(shs_shadow_t *sh, int o, size_t off, size_t len)
     if (st != SHS_OK || stopped)
         return st;
     unsigned parity = e->sent[o] & 1u;
-    st = shs_write_imm(sh->ctx, o, e->dbuf_reg, off * sizeof(float), e->inbox_reg,
+    st = shs_write_imm(sh->io, o, e->dbuf_reg, off * sizeof(float), e->inbox_reg,
                        inbox_off(sh, sh->rank, parity), len * sizeof(float),
                        imm_make(sh, IMM_TAG_DELTA, parity), SHS_OP_SIGNAL);
     if (st != SHS_OK)
@@ -224,7 +224,7 @@ static shs_status_t round_easgd(shs_shadow_t *sh, uint64_t r, const shs_group_t 
     for (int k = 0; k < grp->size; k++) {
         int o = grp->ranks[k];
         if (o != sh->rank && sh->state[o] == SHS__PEER_OK)
-            err = shs__first_error(err, shs_flush(sh->ctx, o, SHS_TIMEOUT_DEFAULT));
+            err = shs__first_error(err, shs_flush(sh->io, o, SHS_TIMEOUT_DEFAULT));
     }
     return shs__first_error(err, shs__easgd_service(sh, true));
 }
@@ -247,11 +247,11 @@ static shs_status_t init_center(shs_shadow_t *sh)
             if (p == sh->rank) {
                 memcpy(dst, sh->slot[0] + e->my_off, e->my_len * sizeof(float));
             } else {
-                st = shs_read(sh->ctx, p, sh->acc_reg, e->my_off * sizeof(float), sh->pub,
+                st = shs_read(sh->io, p, sh->acc_reg, e->my_off * sizeof(float), sh->pub,
                               shs__slot_off(sh, 0) + e->my_off * sizeof(float),
                               e->my_len * sizeof(float), SHS_OP_SIGNAL);
                 if (st == SHS_OK)
-                    st = shs_flush(sh->ctx, p, SHS_TIMEOUT_DEFAULT);
+                    st = shs_flush(sh->io, p, SHS_TIMEOUT_DEFAULT);
             }
             if (st != SHS_OK)
                 break;
@@ -275,7 +275,7 @@ static shs_status_t easgd_setup(shs_shadow_t *sh)
     shs_status_t st = SHS_ERR_NO_MEMORY;
     if (e->credits == NULL || e->sent == NULL)
         goto err_free;
-    st = shs__ctx_channel_take(sh->ctx, sh->cfg.want_channel, "a shadow engine (EASGD inbox)",
+    st = shs__ctx_channel_take(sh->io, sh->cfg.want_channel, "a shadow engine (EASGD inbox)",
                                &chan);
     if (st != SHS_OK)
         goto err_free;
@@ -311,7 +311,7 @@ err_destroy_inbox:
 err_destroy_center:
     shs_region_destroy(e->center_reg);
 err_give_channel:
-    shs__ctx_channel_give(sh->ctx, chan);
+    shs__ctx_channel_give(sh->io, chan);
 err_free:
     free(e->credits);
     free(e->sent);
@@ -325,7 +325,7 @@ static void easgd_teardown(shs_shadow_t *sh)
     shs_region_destroy(e->dbuf_reg);
     shs_region_destroy(e->inbox_reg);
     shs_region_destroy(e->center_reg);
-    shs__ctx_channel_give(sh->ctx, e->channel >> IMM_CHANNEL_SHIFT);
+    shs__ctx_channel_give(sh->io, e->channel >> IMM_CHANNEL_SHIFT);
     free(e->credits);
     free(e->sent);
 }
@@ -360,7 +360,7 @@ static shs_status_t easgd_finish(shs_shadow_t *sh)
 {
     shs_status_t st = shs__easgd_service(sh, true);
     if (st == SHS_OK)
-        st = shs_flush(sh->ctx, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT);
+        st = shs_flush(sh->io, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT);
     if (st == SHS_OK)
         st = shs_ctx_barrier(sh->ctx);
     if (st != SHS_OK)

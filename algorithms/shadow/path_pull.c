@@ -59,7 +59,7 @@ static shs_status_t pull_piece(shs_shadow_t *sh, const shs_group_t *grp, shs_reg
         int p = grp->ranks[k];
         if (p == sh->rank || sh->state[p] != SHS__PEER_OK)
             continue;
-        shs_status_t st = shs_read(sh->ctx, p, sh->scratch, recv_loc(sh, grp, k), src_reg,
+        shs_status_t st = shs_read(sh->io, p, sh->scratch, recv_loc(sh, grp, k), src_reg,
                                    src_off + c0 * sizeof(float), len * sizeof(float),
                                    SHS_OP_SIGNAL);
         if (st != SHS_OK) {
@@ -169,7 +169,7 @@ static shs_status_t round_live(shs_shadow_t *sh, uint64_t r, const shs_group_t *
     for (int k = 0; k < grp->size; k++) {
         int p = grp->ranks[k];
         bool ok = p == sh->rank || (!shs__view_is_dead(&sh->view, p) &&
-                                    shs_ctx_peer_status(sh->ctx, p, NULL) == SHS_OK);
+                                    shs_ctx_peer_status(sh->io, p, NULL) == SHS_OK);
         sh->state[p] = ok ? SHS__PEER_OK : SHS__PEER_SKIP;
     }
     /* a failed peer is dropped (PEER_SKIP) and the mean computed again */

@@ -9,6 +9,7 @@
 
 #include <shadowsync/collective.h>
 
+#include "algorithms/coll/endpoint.h"
 #include "algorithms/shadow/engine.h"
 #include "runtime/log.h"
 
@@ -17,19 +18,20 @@ static bool ring_usable(const shs_shadow_t *sh)
     return !sh->ring_off && sh->view.nfailed == 0;
 }
 
-shs_status_t shs__shadow_coll(shs_shadow_t *sh, shs_coll_t **coll_p)
+shs_status_t shs__shadow_coll(shs_shadow_t *sh, shs_ctx_t *io, shs_coll_t **coll_p)
 {
     shs_coll_params_t cp;
     memset(&cp, 0, sizeof(cp));
     cp.field_mask = SHS_COLL_PARAM_STAGE_BYTES | SHS_COLL_PARAM_TIMEOUT;
     cp.stage_bytes = 0; /* the engine reduces registered memory: no staging */
     cp.timeout_ms = sh->cfg.wait_ms;
-    return shs_coll_create(sh->ctx, &cp, coll_p);
+    return shs__coll_create_on(sh->ctx, io, &cp, coll_p);
 }
 
+/* The ring's calls run on the shadow thread: on the engine's endpoint. */
 static shs_status_t ring_setup(shs_shadow_t *sh)
 {
-    return shs__shadow_coll(sh, &sh->coll);
+    return shs__shadow_coll(sh, sh->io, &sh->coll);
 }
 
 static void ring_teardown(shs_shadow_t *sh)

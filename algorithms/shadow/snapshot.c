@@ -96,7 +96,7 @@ void shs__check_failures(shs_shadow_t *sh)
     for (int p = 0; p < sh->size; p++) {
         const char *reason = NULL;
         if (p == sh->rank || shs__view_is_dead(&sh->view, p) ||
-            shs_ctx_peer_status(sh->ctx, p, &reason) == SHS_OK)
+            shs_ctx_peer_status(sh->io, p, &reason) == SHS_OK)
             continue;
         shs__view_drop(&sh->view, p, -1, reason, r);
     }
@@ -152,9 +152,9 @@ shs_status_t shs__shadow_wait(shs_shadow_t *sh, shs__shadow_poll_fn poll, void *
 shs_status_t shs__read_header(shs_shadow_t *sh, int p, size_t loc)
 {
     shs_status_t st =
-        shs_read(sh->ctx, p, sh->scratch, loc, sh->pub, 0, SHS__HDR_BYTES, SHS_OP_SIGNAL);
+        shs_read(sh->io, p, sh->scratch, loc, sh->pub, 0, SHS__HDR_BYTES, SHS_OP_SIGNAL);
     if (st == SHS_OK)
-        st = shs_flush(sh->ctx, p, SHS_TIMEOUT_DEFAULT);
+        st = shs_flush(sh->io, p, SHS_TIMEOUT_DEFAULT);
     if (st == SHS_OK)
         shs__stat_add(&sh->st.bytes_read, SHS__HDR_BYTES);
     return st;
@@ -162,7 +162,7 @@ shs_status_t shs__read_header(shs_shadow_t *sh, int p, size_t loc)
 
 shs_status_t shs__flush_peer(shs_shadow_t *sh, int p)
 {
-    shs_status_t st = shs_flush(sh->ctx, p, SHS_TIMEOUT_DEFAULT);
+    shs_status_t st = shs_flush(sh->io, p, SHS_TIMEOUT_DEFAULT);
     if (st != SHS_OK)
         sh->state[p] = SHS__PEER_SKIP;
     return st;
@@ -183,7 +183,7 @@ static void hdr_pass(shs_shadow_t *sh, shs__hdr_wait_t *hw, uint8_t select)
         int p = grp->ranks[k];
         if (p == sh->rank || sh->state[p] != select)
             continue;
-        shs_status_t st = shs_read(sh->ctx, p, sh->scratch, hdr_readback_off(k, hw->which),
+        shs_status_t st = shs_read(sh->io, p, sh->scratch, hdr_readback_off(k, hw->which),
                                    sh->pub, 0, SHS__HDR_BYTES, SHS_OP_SIGNAL);
         if (st != SHS_OK)
             hdr_failed(sh, hw, p, st);

@@ -160,7 +160,7 @@ static void pause_after(shs_shadow_t *sh, uint64_t t0)
 static void *shadow_main(void *arg)
 {
     shs_shadow_t *sh = arg;
-    shs__ctx_adopt(sh->ctx); /* lent by shs_shadow_start until the join */
+    shs__ctx_adopt(sh->io); /* lent by shs_shadow_start until the join */
     pin_self(sh);
     (void)ftz_enter(); /* this thread's own state: nothing to restore */
     sh->bmuf = sh->cfg.bmuf_bg; /* S-BMUF's defaults (shadow.h) */
@@ -194,8 +194,8 @@ shs_status_t shs_shadow_start(shs_shadow_t *sh)
         return SHS_ERR_BAD_STATE; /* the ring's members count this rank as gone, or done */
     if (shs_region_check(sh->model) != SHS_OK)
         return SHS_ERR_BAD_STATE; /* the model was freed while registered (logged) */
-    if (shs__ctx_lend(sh->ctx, "a shadow engine's thread") != SHS_OK)
-        return SHS_ERR_BAD_STATE; /* another engine's thread runs on this context (logged) */
+    if (shs__ctx_lend(sh->io, "a shadow engine's thread") != SHS_OK)
+        return SHS_ERR_BAD_STATE; /* cannot happen: the endpoint is the engine's (logged) */
     sh->ran_background = true;
     atomic_store(&sh->stop_req, false);
     __atomic_store_n(&sh->hdr->stopped, 0, __ATOMIC_RELEASE);
@@ -204,7 +204,7 @@ shs_status_t shs_shadow_start(shs_shadow_t *sh)
     int rc = pthread_create(&sh->thread, NULL, shadow_main, sh);
     if (rc != 0) {
         atomic_store(&sh->running, 0);
-        shs__ctx_reclaim(sh->ctx);
+        shs__ctx_reclaim(sh->io);
         SHS_ERROR("shadow: cannot create the shadow thread: %s", strerror(rc));
         return SHS_ERR_NO_RESOURCE;
     }
@@ -222,7 +222,7 @@ shs_status_t shs_shadow_stop(shs_shadow_t *sh)
     pthread_cond_broadcast(&sh->cond);
     pthread_mutex_unlock(&sh->lock);
     pthread_join(sh->thread, NULL);
-    shs__ctx_reclaim(sh->ctx);
+    shs__ctx_reclaim(sh->io);
     atomic_store_explicit(&sh->stop_req, false, memory_order_release);
     shs__stat_add(&sh->st.run_ns_total, shs__now_ns() - atomic_load(&sh->st.run_start_ns));
     atomic_store(&sh->running, 0);
@@ -257,7 +257,7 @@ shs_status_t shs_shadow_sync(shs_shadow_t *sh)
 shs_status_t shs__finish_mean(shs_shadow_t *sh)
 {
     shs_coll_t *coll = NULL;
-    shs_status_t st = shs__shadow_coll(sh, &coll);
+    shs_status_t st = shs__shadow_coll(sh, sh->ctx, &coll);
     if (st == SHS_OK)
         st = shs_allreduce_region(coll, NULL, sh->model, sh->model_off, sh->n,
                                   SHS_DTYPE_FLOAT32, SHS_REDUCE_AVG);
@@ -280,7 +280,7 @@ shs_status_t shs_shadow_finish(shs_shadow_t *sh)
     }
     /* every write this rank made has landed (flush), and so has every
      * rank's (barrier); then the path settles */
-    shs_status_t st = shs_flush(sh->ctx, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT);
+    shs_status_t st = shs_flush(sh->io, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT);
     if (st == SHS_OK)
         st = shs_ctx_barrier(sh->ctx);
     if (st == SHS_OK)

@@ -68,8 +68,8 @@
  * collective (on every rank, like any create) while the poisoned one still
  * exists, so that the new one takes another channel and none of the old
  * call's notifications can reach it; destroy the poisoned one after a
- * shs_ctx_barrier(). A call refused because the context is lent to the
- * shadow thread (see Threads) does not poison it.
+ * shs_ctx_barrier(). A call refused at entry (a forked child's copy of
+ * the context) does not poison it.
  *
  * User buffers. shs_allreduce() takes any memory: it copies the buffer into
  * the collective's registered staging area (stage_bytes), reduces there and
@@ -102,10 +102,8 @@
  *
  * Threads: like the context, a collective is driven by one thread at a
  * time, and that thread must be the only one using the context meanwhile.
- * While the context is lent to a shadow engine's thread (shadow.h, between
- * shs_shadow_start and shs_shadow_stop), calls from other threads are
- * refused with SHS_ERR_BAD_STATE at entry: nothing is sent, the collective
- * stays usable after the stop.
+ * A running shadow engine does not count: it runs on an endpoint of its
+ * own (shadow.h), so collectives on the context work beside it.
  */
 #ifndef SHADOWSYNC_COLLECTIVE_H
 #define SHADOWSYNC_COLLECTIVE_H
@@ -214,7 +212,7 @@ SHS_API void shs_coll_destroy(shs_coll_t *coll);
  * Status: SHS_OK; SHS_ERR_INVALID_ARG (NULL coll, bad group, NULL buf with
  * count > 0, unknown dtype or op); SHS_ERR_UNSUPPORTED (stage_bytes is 0:
  * use shs_allreduce_region); SHS_ERR_BAD_STATE (an earlier call failed, or
- * the context is lent to the shadow thread: refused, changes nothing);
+ * a forked child's copy: refused, changes nothing);
  * SHS_ERR_SIZE_MISMATCH (the members disagree on count, dtype, op or group:
  * every member returns it), SHS_ERR_PEER_FAILED, SHS_ERR_TIMEOUT,
  * SHS_ERR_PROTOCOL, or a transport error, after which the collective is

@@ -27,11 +27,15 @@
  * on the context, by the thread that drives it; on an endpoint they return
  * SHS_ERR_BAD_STATE. Immediate channels are per endpoint.
  *
- * Lending. shs_shadow_start lends the context to the shadow thread until
- * shs_shadow_stop. Meanwhile every call on the context or its regions from
- * another thread (barriers, region calls, one-sided operations, collectives,
- * shs_ctx_destroy) is refused: SHS_ERR_BAD_STATE, or for void calls a log
- * line and no effect. The thread-safe calls above stay allowed.
+ * Which thread owns what. The thread that created the context drives it
+ * (and every collective call on it). A shadow engine creates an endpoint of
+ * its own at shs_shadow_create, which its thread drives between
+ * shs_shadow_start and shs_shadow_stop and the caller's thread otherwise; an
+ * embedding table creates one per worker (embedding.h) and one for its
+ * apply thread. So the shadow thread, the workers' lookups and updates, the
+ * apply thread and the caller's collectives run at the same time, each on
+ * its own queue pairs and completion queue. A peer that fails on any of
+ * them fails on the context and on every endpoint of it.
  */
 #ifndef SHADOWSYNC_CONTEXT_H
 #define SHADOWSYNC_CONTEXT_H
@@ -128,8 +132,9 @@ SHS_API shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **
  * is reported in the log and leaked, never freed under a user). Not
  * collective, but peers see this rank's connections close: destroy after a
  * final shs_ctx_barrier() when the job ends normally. NULL is ignored.
- * Refused (logged, nothing released) while the context is lent to the
- * shadow thread: stop and destroy the engine first.
+ * Refused (logged, nothing released) while endpoints of the context are
+ * alive, a shadow engine's or an embedding table's included: destroy those
+ * first.
  */
 SHS_API void shs_ctx_destroy(shs_ctx_t *ctx);
 
@@ -146,7 +151,7 @@ SHS_API void shs_ctx_destroy(shs_ctx_t *ctx);
  * its queue pairs close, as with a context.
  *
  * Status: SHS_OK; SHS_ERR_INVALID_ARG; SHS_ERR_BAD_STATE (ctx is an
- * endpoint, or lent to the shadow thread); SHS_ERR_NO_MEMORY;
+ * endpoint); SHS_ERR_NO_MEMORY;
  * SHS_ERR_NO_RESOURCE (device limits: queue pairs, CQ entries);
  * SHS_ERR_CONNECT, SHS_ERR_PEER_FAILED, SHS_ERR_TIMEOUT as shs_ctx_create.
  */
@@ -167,7 +172,7 @@ SHS_API int shs_ctx_size(const shs_ctx_t *ctx);
  * shs_ctx_channel_free. Channel 0 is never allocated. Not thread-safe (the
  * context's driving thread).
  * Status: SHS_OK; SHS_ERR_NO_RESOURCE (all 255 taken); SHS_ERR_INVALID_ARG;
- * SHS_ERR_BAD_STATE (lent to the shadow thread).
+ * SHS_ERR_BAD_STATE (a forked child's copy).
  */
 SHS_API shs_status_t shs_ctx_channel_alloc(shs_ctx_t *ctx, unsigned *channel_p);
 SHS_API void shs_ctx_channel_free(shs_ctx_t *ctx, unsigned channel);
@@ -177,9 +182,10 @@ SHS_API void shs_ctx_channel_free(shs_ctx_t *ctx, unsigned channel);
  * Collective, over the bootstrap (not the data path). It does not wait for
  * outstanding RDMA operations: call shs_flush() first for that.
  * Status: SHS_OK, SHS_ERR_PEER_FAILED (a rank left), SHS_ERR_TIMEOUT
- * (bootstrap timeout), SHS_ERR_INVALID_ARG, SHS_ERR_BAD_STATE (the context
- * is lent to the shadow thread: to wait until every rank's engine is done,
- * call shs_shadow_stop on every rank, then this barrier).
+ * (bootstrap timeout), SHS_ERR_INVALID_ARG, SHS_ERR_BAD_STATE (an endpoint,
+ * or a forked child's copy). It does not wait for shadow engines: to wait
+ * until every rank's engine is done, call shs_shadow_stop on every rank,
+ * then this barrier.
  */
 SHS_API shs_status_t shs_ctx_barrier(shs_ctx_t *ctx);
 

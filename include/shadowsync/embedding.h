@@ -127,7 +127,7 @@ typedef struct shs_emb_params {
  * shs_emb_create - make a table. Collective: every rank of ctx calls it with
  * the same rows, dim, map, holders, optimizer, lr, eps, init_scale, seed,
  * max_batch, workers and path (a difference fails every rank with
- * SHS_ERR_SIZE_MISMATCH, logged with the fields), on the thread that drives ctx, while ctx is not lent. Holders
+ * SHS_ERR_SIZE_MISMATCH, logged with the fields), on the thread that drives ctx. Holders
  * allocate their shard in registered memory on the device's NUMA node
  * (hugepages when SHS_HUGEPAGES allows) and start the apply thread. *emb_p
  * is owned by the caller; shs_emb_destroy releases it.
@@ -135,7 +135,7 @@ typedef struct shs_emb_params {
  * Status: SHS_OK; SHS_ERR_INVALID_ARG (NULL, rows 0, dim out of range,
  * holders not ascending or out of range, workers out of range);
  * SHS_ERR_SIZE_MISMATCH; SHS_ERR_NO_MEMORY; SHS_ERR_NO_RESOURCE;
- * SHS_ERR_BAD_STATE (ctx is an endpoint or lent); peer and timeout
+ * SHS_ERR_BAD_STATE (ctx is an endpoint); peer and timeout
  * statuses of the collective set-up.
  */
 SHS_API shs_status_t shs_emb_create(shs_ctx_t *ctx, const shs_emb_params_t *params,
@@ -145,8 +145,7 @@ SHS_API shs_status_t shs_emb_create(shs_ctx_t *ctx, const shs_emb_params_t *para
  * shs_emb_destroy - stop the apply thread and release the table. Collective
  * (it waits at a barrier so that no peer still writes into this rank's
  * inboxes): every worker's thread must have returned from its last call.
- * Updates not flushed are lost. NULL is ignored. Refused (logged, nothing
- * released) while ctx is lent to the shadow thread.
+ * Updates not flushed are lost. NULL is ignored.
  */
 SHS_API void shs_emb_destroy(shs_emb_t *emb);
 

@@ -54,7 +54,7 @@ enum {
  * names the ranks and their sizes); SHS_ERR_NO_RESOURCE if the device
  * refused the registration on this rank (the log says why, e.g. RLIMIT_MEMLOCK
  * too low and how to raise it); SHS_ERR_BAD_STATE in a forked child for a
- * context of its parent, or while the context is lent to the shadow thread; SHS_ERR_PEER_FAILED on the other
+ * context of its parent, or on an endpoint; SHS_ERR_PEER_FAILED on the other
  * ranks when registration failed on some rank (or a rank left);
  * SHS_ERR_TIMEOUT.
  */
@@ -75,9 +75,8 @@ SHS_API shs_status_t shs_region_alloc(shs_ctx_t *ctx, size_t len, unsigned flags
  * Not collective, but peers must no longer access it: end its use with a
  * shs_flush() and shs_ctx_barrier(). NULL is ignored. Refused (logged, the
  * region stays registered and valid) while the region is in use by a library
- * object (the model of a shadow engine: destroy the engine first), while the
- * context is lent to the shadow thread (between shs_shadow_start and
- * shs_shadow_stop), and in a forked child.
+ * object (the model of a shadow engine: destroy the engine first), and in a
+ * forked child.
  */
 SHS_API void shs_region_destroy(shs_region_t *region);
 

@@ -60,11 +60,14 @@
  * `errors`; later rounds succeed over the living ranks (failed_peers and
  * rounds_after_failure in the stats). A restarted rank cannot rejoin.
  *
- * Threads. The context is driven by one thread at a time (context.h): while
- * the shadow thread runs (between shs_shadow_start and shs_shadow_stop) it
- * owns the context, and every other call on that context from another thread
- * (regions, barriers, one-sided operations, collectives, shs_ctx_destroy) is
- * refused with SHS_ERR_BAD_STATE or, for void calls, a log line. To wait
+ * Threads. The engine moves its data on an endpoint of its own (context.h),
+ * created by shs_shadow_create: the shadow thread drives it between
+ * shs_shadow_start and shs_shadow_stop, and the calling thread keeps the
+ * context. So collectives, regions, barriers and embedding lookups on the
+ * same context go on while the engine syncs; only the engine's model region
+ * (shs_region_destroy) and the context (shs_ctx_destroy: its endpoint is
+ * alive) are refused until shs_shadow_destroy. Engine calls (create, sync,
+ * finish, destroy) are made on the thread that drives the context. To wait
  * until every rank's engine is done: shs_shadow_stop on every rank, then
  * shs_shadow_finish (collective) or shs_ctx_barrier. Foreground
  * rounds (shs_shadow_sync) run on the calling thread. Worker threads only
@@ -214,8 +217,8 @@ typedef struct shs_shadow_stats {
  * range outside the region, bad parameter, unknown schedule);
  * SHS_ERR_UNSUPPORTED (EASGD on a path other than pull); SHS_ERR_NO_MEMORY;
  * SHS_ERR_CONFIG (pin_cpus other than "auto", "none" or a CPU list);
- * SHS_ERR_BAD_STATE (the context is lent to another engine's thread, or
- * SHS_SHADOW_CHANNEL names a channel already taken); and what
+ * SHS_ERR_BAD_STATE (ctx is an endpoint, or SHS_SHADOW_CHANNEL names a
+ * channel already taken); and what shs_ctx_endpoint_create,
  * shs_region_alloc and shs_ctx_barrier return.
  */
 SHS_API shs_status_t shs_shadow_create(shs_ctx_t *ctx, shs_region_t *model, size_t offset,
@@ -224,14 +227,13 @@ SHS_API shs_status_t shs_shadow_create(shs_ctx_t *ctx, shs_region_t *model, size
 
 /*
  * shs_shadow_start - start the shadow thread, which runs rounds back to back
- * (at most one per min_interval_us) until shs_shadow_stop. From here until
- * stop the thread owns the context: it is lent to the thread (context.h), and
- * calls on it from other threads are refused. One running engine per
- * context. Not collective, but every rank should
+ * (at most one per min_interval_us) until shs_shadow_stop, on the engine's
+ * endpoint; the context stays the caller's (see Threads). Engines on one
+ * context run side by side. Not collective, but every rank should
  * start: peers wait for this rank's snapshots (bounded).
- * Status: SHS_OK; SHS_ERR_BAD_STATE (already running, another engine's
- * thread runs on the context, poisoned by a device failure, finished, or
- * stopped before on the ring path); SHS_ERR_NO_RESOURCE (no thread).
+ * Status: SHS_OK; SHS_ERR_BAD_STATE (already running, poisoned by a device
+ * failure, finished, or stopped before on the ring path);
+ * SHS_ERR_NO_RESOURCE (no thread).
  */
 SHS_API shs_status_t shs_shadow_start(shs_shadow_t *shadow);
 
@@ -243,7 +245,7 @@ SHS_API shs_status_t shs_shadow_start(shs_shadow_t *shadow);
  * it with this rank's snapshot in their mean): bounded by about twice
  * wait_timeout_ms when a member neither publishes nor stops, plus
  * SHS_OP_TIMEOUT_MS per peer that died silently. Workers may keep writing
- * the model. The context returns to the caller. Not collective. Returns
+ * the model. Not collective. Returns
  * SHS_OK (also when not running).
  */
 SHS_API shs_status_t shs_shadow_stop(shs_shadow_t *shadow);

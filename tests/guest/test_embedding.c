@@ -333,7 +333,7 @@ static void case_shadow(shs_ctx_t *ctx)
         m[i] = (float)(g_rank * MODEL + i);
     CHECK_OK(shs_shadow_create(ctx, model, 0, MODEL, NULL, &sh));
     CHECK_OK(shs_shadow_start(sh));
-    run_updates(emb, 2); /* the workers' endpoints beside the lent context */
+    run_updates(emb, 2); /* the workers' endpoints beside the engine's */
     CHECK_OK(shs_shadow_stop(sh));
     CHECK_OK(shs_shadow_finish(sh));
     for (int i = 0; i < MODEL; i++) { /* the mean of rank*MODEL + i over the ranks */
