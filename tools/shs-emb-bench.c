@@ -10,9 +10,12 @@
  * scattered across the table). Rank 0 prints one line per configuration:
  * calls and ids per second summed over every worker of every rank, the row
  * bytes moved per second, the distinct ids per batch, the share of
- * distinct rows that lived on another rank, and rank 0 worker 0's median
- * and 99th percentile call time. --json prints the same as one JSON object
- * per line. Public API only.
+ * distinct rows that lived on another rank, rank 0 worker 0's median and
+ * 99th percentile call time, and what the updates cost the holders: the
+ * share of worker time spent waiting for a free inbox slot, the share of
+ * time the apply threads were busy, and their largest backlog. --json
+ * prints the same (and the distinct update rows per second) as one JSON
+ * object per line. Public API only.
  */
 #include <getopt.h>
 #include <math.h>
@@ -54,8 +57,10 @@ typedef struct job {
     uint64_t *ids;   /* (warmup + iters) x batch, drawn beforehand */
     float *out, *grads;
     double *lat_us;  /* per timed call */
+    int k0, k1;      /* this pass runs batches [k0, k1) */
+    bool timed;      /* the timed pass: record each call's time */
     shs_status_t st;
-    double seconds;
+    double seconds;  /* this pass, its closing flush included */
 } job_t;
 
 static double now_s(void)
@@ -167,18 +172,16 @@ static void *run_job(void *arg)
     job_t *j = arg;
     const opts_t *o = j->o;
     size_t out_len = (size_t)j->batch * j->dim;
-    double t0 = 0.0;
-    for (int k = 0; k < o->warmup + o->iters && j->st == SHS_OK; k++) {
-        if (k == o->warmup)
-            t0 = now_s();
+    double t0 = now_s();
+    for (int k = j->k0; k < j->k1 && j->st == SHS_OK; k++) {
         const uint64_t *ids = j->ids + (size_t)k * j->batch;
         double c0 = now_s();
         if (o->mode != MODE_UPDATE)
             j->st = shs_emb_lookup(j->w, ids, j->batch, j->out, out_len);
         if (j->st == SHS_OK && o->mode != MODE_LOOKUP)
             j->st = shs_emb_update(j->w, ids, j->batch, j->grads);
-        if (k >= o->warmup)
-            j->lat_us[k - o->warmup] = (now_s() - c0) * 1e6;
+        if (j->timed)
+            j->lat_us[k - j->k0] = (now_s() - c0) * 1e6;
     }
     if (j->st == SHS_OK && o->mode != MODE_LOOKUP)
         j->st = shs_emb_flush(j->w, SHS_TIMEOUT_DEFAULT);
@@ -222,10 +225,53 @@ static const char *path_name(shs_emb_path_t p)
     return p == SHS_EMB_PATH_READ ? "read" : p == SHS_EMB_PATH_OWNER ? "owner" : "auto";
 }
 
-/* Sums over the ranks: calls, ids, distinct, remote distinct, seconds (max). */
 static shs_status_t reduce(shs_coll_t *coll, double *v, size_t n)
 {
     return shs_allreduce(coll, NULL, v, n, SHS_DTYPE_FLOAT64, SHS_REDUCE_SUM);
+}
+
+/* Run every worker over batches [k0, k0 + n) in its own thread; 0 when all
+ * succeeded. *secs_p: the slowest worker's time, *sum_p: their sum. */
+static int run_pass(job_t *job, int workers, int rank, int k0, int n, bool timed,
+                    double *secs_p, double *sum_p)
+{
+    pthread_t th[MAX_WORKERS];
+    int rc = 0;
+    for (int t = 0; t < workers; t++) {
+        job[t].k0 = k0;
+        job[t].k1 = k0 + n;
+        job[t].timed = timed;
+        pthread_create(&th[t], NULL, run_job, &job[t]);
+    }
+    *secs_p = *sum_p = 0.0;
+    for (int t = 0; t < workers; t++) {
+        pthread_join(th[t], NULL);
+        if (job[t].st != SHS_OK) {
+            fprintf(stderr, "shs-emb-bench rank %d worker %d: %s\n", rank, t,
+                    shs_status_string(job[t].st));
+            rc = 1;
+        }
+        *secs_p = job[t].seconds > *secs_p ? job[t].seconds : *secs_p;
+        *sum_p += job[t].seconds;
+    }
+    return rc;
+}
+
+/* The counters of b that grew since a (the table's stats count from create). */
+static shs_emb_stats_t stats_since(const shs_emb_stats_t *a, const shs_emb_stats_t *b)
+{
+    shs_emb_stats_t d = *b;
+    d.lookups -= a->lookups;
+    d.updates -= a->updates;
+    d.update_rows -= a->update_rows;
+    d.rows_local -= a->rows_local;
+    d.rows_read -= a->rows_read;
+    d.rows_owner -= a->rows_owner;
+    d.reads -= a->reads;
+    d.slot_waits -= a->slot_waits;
+    d.slot_wait_ms -= a->slot_wait_ms;
+    d.apply_busy_ms -= a->apply_busy_ms;
+    return d;
 }
 
 static int one_config(shs_ctx_t *ctx, shs_coll_t *coll, const opts_t *o, uint32_t dim,
@@ -248,7 +294,6 @@ static int one_config(shs_ctx_t *ctx, shs_coll_t *coll, const opts_t *o, uint32_
         return 1;
     }
     job_t job[MAX_WORKERS];
-    pthread_t th[MAX_WORKERS];
     int rc = 0;
     for (int t = 0; t < o->workers; t++) {
         job[t] = (job_t){.o = o, .w = shs_emb_worker(emb, t), .dim = dim, .batch = batch,
@@ -258,31 +303,67 @@ static int one_config(shs_ctx_t *ctx, shs_coll_t *coll, const opts_t *o, uint32_
             return 1;
         }
     }
+    /*
+     * The warmup is a pass of its own, flushed, and the barrier after it
+     * returns once every rank's warmup updates are applied (each rank's
+     * flush waited for its holders): the stats taken then are where the
+     * timed pass starts. The barrier after the timed pass likewise closes
+     * the holders' share of it, so the apply threads' busy time is counted
+     * over [t0, t1], every rank's updates in and nothing else. Only
+     * apply_lag_max cannot be split (a max): it is since create, warmup
+     * included.
+     */
+    double secs = 0.0, worker_secs = 0.0;
     if (shs_ctx_barrier(ctx) != SHS_OK)
         return 1;
-    for (int t = 0; t < o->workers; t++)
-        pthread_create(&th[t], NULL, run_job, &job[t]);
-    double secs = 0.0;
-    for (int t = 0; t < o->workers; t++) {
-        pthread_join(th[t], NULL);
-        if (job[t].st != SHS_OK) {
-            fprintf(stderr, "shs-emb-bench rank %d worker %d: %s\n", rank, t,
-                    shs_status_string(job[t].st));
-            rc = 1;
-        }
-        secs = job[t].seconds > secs ? job[t].seconds : secs;
-    }
-    shs_emb_stats_t s;
-    shs_emb_stats(emb, &s);
+    if (o->warmup > 0)
+        rc |= run_pass(job, o->workers, rank, 0, o->warmup, false, &secs, &worker_secs);
+    shs_emb_stats_t s0, s1;
+    if (shs_ctx_barrier(ctx) != SHS_OK)
+        return 1;
+    shs_emb_stats(emb, &s0);
+    double t0 = now_s();
+    rc |= run_pass(job, o->workers, rank, o->warmup, o->iters, true, &secs, &worker_secs);
+    if (shs_ctx_barrier(ctx) != SHS_OK)
+        return 1;
+    double elapsed = now_s() - t0;
+    shs_emb_stats(emb, &s1);
+    shs_emb_stats_t s = stats_since(&s0, &s1);
     uint64_t distinct = s.rows_local + s.rows_read + s.rows_owner;
-    if (o->mode == MODE_UPDATE)
+    uint64_t batches = s.lookups; /* the calls that distinct counts */
+    if (o->mode == MODE_UPDATE) {
         distinct = s.update_rows;
+        batches = s.updates;
+    }
     double calls = (double)o->iters * o->workers;
-    /* per rank: calls/s and ids/s of its workers, over the slowest worker's time */
-    double v[9] = {calls / secs, calls * batch / secs, (double)distinct,
-                   (double)(s.rows_read + s.rows_owner), (double)(s.lookups + s.updates),
-                   (double)rc, (double)s.reads / secs, (double)s.registered_bytes, rss_bytes()};
-    st = reduce(coll, v, 9);
+    bool holder = s.shard_rows > 0;
+    /*
+     * Per rank, summed over the ranks: calls/s, ids/s and update rows/s of
+     * its workers over the slowest worker's time; the time its workers
+     * waited for a free inbox slot and the time they ran (each worker's
+     * timed pass, flush included), so stall_pct is the share of all worker
+     * time spent so; the share of [t0, t1] its apply thread was busy, as a
+     * holder; then each rank's apply_lag_max in its own entry, for the max.
+     */
+    enum { V_N = 15 };
+    double *v = calloc(V_N + (size_t)size, sizeof(double));
+    if (v == NULL)
+        return 1;
+    double fixed[V_N] = {calls / secs, calls * batch / secs, (double)distinct,
+                         (double)(s.rows_read + s.rows_owner), (double)(s.lookups + s.updates),
+                         (double)rc, (double)s.reads / secs, (double)s.registered_bytes,
+                         rss_bytes(), (double)s.update_rows / secs, s.slot_wait_ms,
+                         worker_secs * 1e3,
+                         holder ? 100.0 * s.apply_busy_ms / (elapsed * 1e3) : 0.0,
+                         holder ? 1.0 : 0.0, (double)batches};
+    memcpy(v, fixed, sizeof(fixed));
+    v[V_N + rank] = (double)s.apply_lag_max;
+    st = reduce(coll, v, V_N + (size_t)size);
+    double lag = 0.0;
+    for (int r = 0; r < size; r++)
+        lag = v[V_N + r] > lag ? v[V_N + r] : lag;
+    double stall = v[11] > 0 ? 100.0 * v[10] / v[11] : 0.0;
+    double busy = v[13] > 0 ? v[12] / v[13] : 0.0;
     if (st != SHS_OK || v[5] != 0.0) {
         fprintf(stderr, "shs-emb-bench rank %d: %s\n", rank,
                 st != SHS_OK ? shs_status_string(st) : "a rank failed");
@@ -293,7 +374,7 @@ static int one_config(shs_ctx_t *ctx, shs_coll_t *coll, const opts_t *o, uint32_
         double p99 = job[0].lat_us[(size_t)(o->iters * 0.99) < (size_t)o->iters
                                        ? (size_t)(o->iters * 0.99)
                                        : (size_t)o->iters - 1];
-        double uniq = v[4] > 0 ? v[2] / v[4] : 0.0;
+        double uniq = v[14] > 0 ? v[2] / v[14] : 0.0;
         double remote = v[2] > 0 ? 100.0 * v[3] / v[2] : 0.0;
         double mbs = v[1] * dim * sizeof(float) / 1e6;
         if (o->json)
@@ -303,16 +384,18 @@ static int one_config(shs_ctx_t *ctx, shs_coll_t *coll, const opts_t *o, uint32_
                    "\"distinct_per_batch\": %.6g, \"remote_pct\": %.6g, \"p50_us\": %.6g, "
                    "\"p99_us\": %.6g, \"calls\": %.0f, \"reads_per_s\": %.6g, "
                    "\"registered_bytes_per_rank\": %.0f, \"rss_bytes_per_rank\": %.0f, "
-                   "\"table_bytes\": %.0f}\n", size, o->workers,
+                   "\"table_bytes\": %.0f, \"update_rows_per_s\": %.6g, \"stall_pct\": %.4g, "
+                   "\"apply_busy_pct\": %.4g, \"apply_lag_max\": %.0f}\n", size, o->workers,
                    (unsigned long long)o->rows, o->zipf ? "zipf" : "uniform",
                    mode_name(o->mode), path_name(o->path), dim, batch, v[0], v[1], mbs,
                    uniq, remote, p50, p99, v[4], v[6], v[7] / size, v[8] / size,
-                   (double)o->rows * dim * sizeof(float));
+                   (double)o->rows * dim * sizeof(float), v[9], stall, busy, lag);
         else
-            printf(" %5u %6u %9.1f %7.1f %11.5g %11.5g %9.4g %9.1f %9.1f\n", dim, batch, uniq,
-                   remote, v[0], v[1], mbs, p50, p99);
+            printf(" %5u %6u %9.1f %7.1f %11.5g %11.5g %9.4g %9.1f %9.1f %6.2f %6.1f %4.0f\n",
+                   dim, batch, uniq, remote, v[0], v[1], mbs, p50, p99, stall, busy, lag);
         fflush(stdout);
     }
+    free(v);
     for (int t = 0; t < o->workers; t++)
         release(&job[t]);
     shs_emb_destroy(emb);
@@ -344,8 +427,9 @@ int main(int argc, char **argv)
         printf("# shs-emb-bench: %d ranks x %d worker(s), %llu rows, %s ids, %s, path %s\n",
                shs_ctx_size(ctx), o.workers, (unsigned long long)o.rows, dist,
                mode_name(o.mode), path_name(o.path));
-        printf("# %5s %6s %9s %7s %11s %11s %9s %9s %9s\n", "dim", "batch", "distinct",
-               "remote%", "calls/s", "ids/s", "MB/s", "p50_us", "p99_us");
+        printf("# %5s %6s %9s %7s %11s %11s %9s %9s %9s %6s %6s %4s\n", "dim", "batch",
+               "distinct", "remote%", "calls/s", "ids/s", "MB/s", "p50_us", "p99_us", "stall%",
+               "apply%", "lag");
     }
     int rc = 0;
     for (int d = 0; d < o.ndims && rc == 0; d++)

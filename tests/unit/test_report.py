@@ -120,6 +120,15 @@ class TestLines(unittest.TestCase):
             self.assertEqual(emb.load_readbw(d), {16: [15937.0]})
             self.assertEqual(emb.load_redis(d), {("zipf", 16, 64): [10000.0]})
             self.assertIsNone(emb.parse_readbw(" 128 20000 1 1 0.01\n", 64))
+            self.assertIsNone(emb.update_table(d))  # no update phase: no table
+            with open(os.path.join(d, "ours.update.json"), "w", encoding="utf-8") as f:
+                for rps, stall, busy, lag in ((6.0e4, 12.5, 7.0, 16), (7.0e4, 8.25, 8.0, 12)):
+                    f.write(json.dumps({"dist": "uniform", "mode": "update", "dim": 64,
+                                        "batch": 512, "ids_per_s": 7.7e4,
+                                        "update_rows_per_s": rps, "stall_pct": stall,
+                                        "apply_busy_pct": busy, "apply_lag_max": lag}) + "\n")
+            self.assertEqual(emb.update_table(d).splitlines()[-1],
+                             "| update | 64 | 512 | 6.5e+04 | 10.38 | 7.5 | 14 |")
 
     def test_free_port(self):
         for kind in ("tcp", "udp"):

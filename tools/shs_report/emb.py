@@ -1,14 +1,17 @@
 """The report of tools/emb-compare: sharded embedding lookups against Redis
-MGET and the device's READ message rate, from the raw outputs of one guest
-run, as a markdown table (printed, and written into the block emb-compare of
+MGET and the device's READ message rate, then the updates (update rows/s
+and what they cost the holders), from the raw outputs of one guest run, as
+markdown tables (printed, and written into the block emb-compare of
 docs/results/embedding.md).
 
     tools/shs-report emb-compare RESULTS_DIR --command CMD [--page FILE | --no-page]
 
 RESULTS_DIR holds ours.read.json and ours.owner.json (shs-emb-bench --json
 lines), redis.<round>.<dim>.<batch>.<dist>.json (one line per client
-process) and readbw.<round>.<dim>.txt (ib_read_bw). Every figure is the
-median over rounds; ratios are of those medians.
+process), readbw.<round>.<dim>.txt (ib_read_bw), and for the update phase
+ours.update.json and ours.mixed.json. Every figure is the median over
+rounds; ratios are of those medians. A phase that did not run leaves its
+table out.
 """
 import argparse
 import glob
@@ -87,6 +90,28 @@ def ratio(a, b):
     return None if a is None or not b else a / b
 
 
+def update_table(res):
+    """The update phase's table (shs-emb-bench --mode update and mixed), or
+    None when it did not run."""
+    rows = ["| mode | dim | batch | update rows/s | stall % | apply busy % | apply lag max |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for mode in ("update", "mixed"):
+        runs = load_ours(res, mode)
+        for k in sorted(runs):
+            med = [median([x[f] for x in runs[k] if f in x]) for f in
+                   ("update_rows_per_s", "stall_pct", "apply_busy_pct", "apply_lag_max")]
+            rows.append("| %s | %d | %d | %s | %s | %s | %s |" % (
+                mode, k[1], k[2], fmt(med[0]), fmt(med[1], "%.2f"), fmt(med[2], "%.1f"),
+                fmt(med[3], "%.0f")))
+    if len(rows) == 2:
+        return None
+    return ("Updates, uniform ids: update rows/s are distinct rows sent, all ranks; stall % "
+            "is the share of worker time spent waiting for a holder's free inbox slot; "
+            "apply busy % is the holders' apply thread busy time over the run, mean over "
+            "holders; apply lag max is the most update messages an apply thread found "
+            "waiting at once, max over ranks.\n\n" + "\n".join(rows))
+
+
 def table(res):
     read, owner, redis, rbw = (load_ours(res, "read"), load_ours(res, "owner"),
                                load_redis(res), load_readbw(res))
@@ -126,6 +151,10 @@ def main(argv=None):
     ap.add_argument("--no-page", action="store_true")
     a = ap.parse_args(argv)
     body, mem = table(a.results)
+    upd = update_table(a.results)
+    parts = [body] + ([mem] if mem else [])
+    if upd is not None and not (load_ours(a.results, "read") or load_ours(a.results, "owner")):
+        parts = []  # only the update phase ran
     fails = os.path.join(a.results, "failures.txt")
     notes = []
     if os.path.exists(fails):
@@ -133,7 +162,7 @@ def main(argv=None):
             notes = ["Failed runs (left out): " + "; ".join(x.strip() for x in f if x.strip())]
     head = results_page.headline({"where": "guest"}, a.command,
                                  "4 ranks in one guest, median of rounds")
-    text = "\n\n".join([head, body] + ([mem] if mem else []) + notes)
+    text = "\n\n".join([head] + parts + ([upd] if upd else []) + notes)
     print(text)
     if not a.no_page:
         results_page.try_write_block(a.page, "emb-compare", text, "tools/emb-compare",
