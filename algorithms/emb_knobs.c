@@ -20,6 +20,13 @@ static const shs__knob_t emb_knobs[] = {
     SHS_KNOB_INT("SHS_EMB_APPLY_NAP_US", emb_apply_nap_us, "200", 1, 1000000,
                  "embedding holders: longest nap of an idle apply thread between sweeps of "
                  "its inbox (us)"),
+    /* auto: about 512 KiB of slots per worker and holder, 4 to 32 (on
+     * Soft-RoCE, 4 ranks, dim 64, batches of 64 ids: 4 slots left the
+     * workers waiting for a free slot 57 % of the time, 16 slots 2 %). */
+    SHS_KNOB_INT_AUTO("SHS_EMB_SLOTS", emb_slots, "auto", 1, 64,
+                      "embedding tables: updates in flight per worker and holder: auto "
+                      "(512 KiB of slots, 4..32) or 1..64; a holder's inbox is ranks x workers "
+                      "x this many slots of max_batch rows"),
 };
 
 const shs__knob_table_t shs__emb_knob_table = SHS_KNOB_TABLE("algorithms", emb_knobs, NULL);

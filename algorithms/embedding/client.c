@@ -73,11 +73,11 @@ static shs_status_t wait_word(shs_emb_worker_t *w, int o, _Atomic uint64_t *word
 
 shs_status_t shs__emb_wait_credit(shs_emb_worker_t *w, int o, uint64_t seq)
 {
-    if (seq <= SHS_EMB_SLOTS ||
-        atomic_load_explicit(ack_word(w, o), memory_order_acquire) + SHS_EMB_SLOTS >= seq)
+    const uint64_t slots = w->emb->slots;
+    if (seq <= slots || atomic_load_explicit(ack_word(w, o), memory_order_acquire) + slots >= seq)
         return SHS_OK;
     uint64_t t0 = shs__now_ns();
-    shs_status_t st = wait_word(w, o, ack_word(w, o), seq - SHS_EMB_SLOTS, false,
+    shs_status_t st = wait_word(w, o, ack_word(w, o), seq - slots, false,
                                 "free a slot (apply an update)", -1);
     emb_count(&w->c.slot_waits, 1);
     emb_count(&w->c.slot_wait_ns, shs__now_ns() - t0);
@@ -99,7 +99,7 @@ static shs_status_t send_msg(shs_emb_worker_t *w, const shs__emb_plan_t *p, int 
     if (st != SHS_OK)
         return st;
     bool local = o == e->me;
-    size_t stage = e->w_send_off + ((size_t)o * SHS_EMB_SLOTS + (seq - 1) % SHS_EMB_SLOTS) *
+    size_t stage = e->w_send_off + ((size_t)o * e->slots + (seq - 1) % e->slots) *
                                        e->slot_bytes;
     uint8_t *msg = local ? (uint8_t *)shs_region_addr(e->inbox) +
                                emb_slot_off(e, e->rank, w->index, seq)

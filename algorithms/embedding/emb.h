@@ -2,7 +2,7 @@
  * Internal: the sharded embedding table's objects (embedding.h). Memory of
  * one rank, all registered on the context at create:
  *   shard   this holder's rows (uneven: non-holders hold none); peers READ it
- *   inbox   holders: one slot per (sender rank, worker, k < SHS_EMB_SLOTS),
+ *   inbox   holders: one slot per (sender rank, worker, k < e->slots),
  *           written by the senders' workers: a message is a header, local row
  *           indices, gradient rows (updates) and a trailer stamp
  *   wbuf    per worker: the packed rows of a lookup (READ destination, or
@@ -12,8 +12,8 @@
  *   srv     holders: the apply thread's sources for those words and its
  *           answer buffers
  * A message (worker w of rank r to holder o) carries sequence e = 1, 2, ...
- * per (r, w, o) and lands in slot (e - 1) % SHS_EMB_SLOTS; the worker sends
- * e only when o has applied e - SHS_EMB_SLOTS (its credit). The apply thread
+ * per (r, w, o) and lands in slot (e - 1) % slots; the worker sends
+ * e only when o has applied e - slots (its credit). The apply thread
  * takes (r, w)'s messages in order: header stamp, then trailer stamp (RC
  * places a WRITE's bytes in order, as on rxe and ConnectX), then the body;
  * it clears both stamps before it acknowledges e, so a slot's old stamps
@@ -98,6 +98,8 @@ struct shs_emb {
     int me;                   /* this rank's holder index, or -1 */
 
     size_t row_bytes, slot_bytes, nslots;
+    int want_slots;  /* params or SHS_EMB_SLOTS; -1 auto */
+    uint32_t slots;  /* per (worker, holder), resolved */
     shs_region_t *shard, *inbox, *wbuf, *srv;
     float *data;              /* shard memory (shard_rows x dim), NULL for a non-holder */
     float *state;             /* Adagrad accumulators, one per shard row */
@@ -124,8 +126,8 @@ struct shs_emb {
 /* slot of (sender, worker, k) in a holder's inbox */
 static inline size_t emb_slot_off(const shs_emb_t *e, int sender, int w, uint64_t seq)
 {
-    size_t k = (size_t)((seq - 1) % SHS_EMB_SLOTS);
-    return (((size_t)sender * (size_t)e->nworkers + (size_t)w) * SHS_EMB_SLOTS + k) *
+    size_t k = (size_t)((seq - 1) % e->slots);
+    return (((size_t)sender * (size_t)e->nworkers + (size_t)w) * e->slots + k) *
            e->slot_bytes;
 }
 

@@ -140,7 +140,7 @@ static void *apply_main(void *arg)
         uint64_t taken = 0;
         for (int r = 0; r < e->size; r++)
             for (int wk = 0; wk < e->nworkers; wk++)
-                for (int k = 0; k < SHS_EMB_SLOTS && take(e, r, wk); k++)
+                for (uint32_t k = 0; k < e->slots && take(e, r, wk); k++)
                     taken++;
         if (taken > atomic_load_explicit(&e->lag_max, memory_order_relaxed))
             atomic_store_explicit(&e->lag_max, taken, memory_order_relaxed);

@@ -20,7 +20,7 @@ typedef struct emb_sig {
     int32_t status;
     uint32_t dim;
     uint64_t rows;
-    uint32_t map, opt, max_batch, workers, nholders, path;
+    uint32_t map, opt, max_batch, workers, nholders, path, slots;
     uint64_t holders_hash;
     uint64_t seed;
     float lr, eps, init_scale;
@@ -48,6 +48,14 @@ static shs_status_t resolve(shs_emb_t *e, const shs_emb_params_t *p)
     e->max_batch = (m & SHS_EMB_PARAM_MAX_BATCH) ? p->max_batch : DEFAULT_MAX_BATCH;
     e->nworkers = (m & SHS_EMB_PARAM_WORKERS) ? p->workers : 1;
     e->path = (m & SHS_EMB_PARAM_PATH) ? p->path : SHS_EMB_PATH_AUTO;
+    if ((m & SHS_EMB_PARAM_SLOTS) && p->slots != 0)
+        e->want_slots = p->slots;
+    if (e->want_slots != -1 &&
+        (e->want_slots < SHS_EMB_SLOTS_MIN || e->want_slots > SHS_EMB_SLOTS_MAX)) {
+        SHS_ERROR("shs_emb_create: slots %d: expected %d..%d, or 0 for SHS_EMB_SLOTS",
+                  e->want_slots, SHS_EMB_SLOTS_MIN, SHS_EMB_SLOTS_MAX);
+        return SHS_ERR_INVALID_ARG;
+    }
     if (e->rows == 0 || e->dim == 0 || e->dim > EMB_MAX_DIM) {
         SHS_ERROR("shs_emb_create: rows %llu, dim %u: rows >= 1 and dim 1..%d",
                   (unsigned long long)e->rows, e->dim, EMB_MAX_DIM);
@@ -106,6 +114,7 @@ static shs_status_t agree(shs_emb_t *e, shs_status_t local)
                       .map = (uint32_t)e->layout.map, .opt = (uint32_t)e->opt,
                       .max_batch = e->max_batch, .workers = (uint32_t)e->nworkers,
                       .nholders = e->layout.shards, .path = (uint32_t)e->path,
+                      .slots = e->slots,
                       .holders_hash = local == SHS_OK
                                           ? hash_holders(e->holder_rank, (int)e->layout.shards)
                                           : 0,
@@ -125,15 +134,17 @@ static shs_status_t agree(shs_emb_t *e, shs_status_t local)
                    a->opt != z->opt || a->max_batch != z->max_batch ||
                    a->workers != z->workers || a->nholders != z->nholders ||
                    a->holders_hash != z->holders_hash || a->path != z->path ||
+                   a->slots != z->slots ||
                    a->seed != z->seed || memcmp(&a->lr, &z->lr, 3 * sizeof(float)) != 0) {
             SHS_ERROR("shs_emb_create: rank %d's table differs from rank 0's: rows %llu/%llu "
                       "dim %u/%u map %u/%u optimizer %u/%u max_batch %u/%u workers %u/%u "
-                      "holders %u/%u%s path %u/%u, or seed, lr, eps, init_scale", r,
+                      "holders %u/%u%s path %u/%u slots %u/%u, or seed, lr, eps, init_scale",
+                      r,
                       (unsigned long long)a->rows,
                       (unsigned long long)z->rows, a->dim, z->dim, a->map, z->map, a->opt,
                       z->opt, a->max_batch, z->max_batch, a->workers, z->workers, a->nholders,
                       z->nholders, a->holders_hash != z->holders_hash ? " (other ranks)" : "",
-                      a->path, z->path);
+                      a->path, z->path, a->slots, z->slots);
             st = SHS_ERR_SIZE_MISMATCH;
         }
     }
@@ -141,15 +152,31 @@ static shs_status_t agree(shs_emb_t *e, shs_status_t local)
     return st;
 }
 
+/* auto: the slots of one (worker, holder) pair fill about this many bytes,
+ * 4 to 32 of them. A slot takes a whole max_batch, so small batches get
+ * many (their round trip to the apply thread is what stalls a worker) and
+ * large ones few (one of them keeps the apply thread busy for long). */
+#define AUTO_SLOT_BYTES (512u << 10)
+#define AUTO_SLOTS_MIN 4u
+#define AUTO_SLOTS_MAX 32u
+
 static void plan_sizes(shs_emb_t *e)
 {
     size_t S = e->layout.shards;
     e->row_bytes = (size_t)e->dim * sizeof(float);
     e->slot_bytes = (emb_msg_bytes(e, EMB_MSG_UPDATE, e->max_batch) + 63u) & ~(size_t)63u;
-    e->nslots = (size_t)e->size * (size_t)e->nworkers * SHS_EMB_SLOTS;
+    if (e->want_slots > 0) {
+        e->slots = (uint32_t)e->want_slots;
+    } else {
+        size_t fit = AUTO_SLOT_BYTES / e->slot_bytes;
+        e->slots = fit < AUTO_SLOTS_MIN   ? AUTO_SLOTS_MIN
+                   : fit > AUTO_SLOTS_MAX ? AUTO_SLOTS_MAX
+                                          : (uint32_t)fit;
+    }
+    e->nslots = (size_t)e->size * (size_t)e->nworkers * e->slots;
     e->w_rows_off = 0;
     e->w_send_off = (size_t)e->max_batch * e->row_bytes;
-    e->w_ack_off = e->w_send_off + S * SHS_EMB_SLOTS * e->slot_bytes;
+    e->w_ack_off = e->w_send_off + S * e->slots * e->slot_bytes;
     e->w_answer_off = e->w_ack_off + S * sizeof(uint64_t);
     e->w_bytes = (e->w_answer_off + S * sizeof(uint64_t) + 63u) & ~(size_t)63u;
     e->s_ack_off = 0;
@@ -276,6 +303,7 @@ shs_status_t shs_emb_create(shs_ctx_t *ctx, const shs_emb_params_t *params, shs_
     e->spin = cfg->poll_spin < 0 ? 0u : (unsigned)cfg->poll_spin;
     e->owner_reads = (uint32_t)cfg->emb_owner_reads;
     e->apply_nap_ns = (long)cfg->emb_apply_nap_us * 1000L;
+    e->want_slots = cfg->emb_slots; /* -1: auto */
     atomic_init(&e->apply_stop, false);
 
     shs_status_t st = resolve(e, params);
@@ -360,6 +388,7 @@ shs_status_t shs_emb_stats(const shs_emb_t *e, shs_emb_stats_t *s)
     s->apply_lag_max = rd(&e->lag_max);
     s->apply_busy_ms = (double)rd(&e->busy_ns) * 1e-6;
     s->shard_rows = e->shard_rows;
+    s->slots = e->slots;
     s->shard_bytes = e->shard_rows * e->row_bytes;
     s->state_bytes = e->state != NULL ? e->shard_rows * sizeof(float) : 0;
     s->registered_bytes = shs_region_len(e->shard) + shs_region_len(e->inbox) +

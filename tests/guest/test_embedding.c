@@ -306,6 +306,11 @@ static void case_update(shs_ctx_t *ctx)
             fail("stats: updates %llu applied batches %llu failures %llu",
                  (unsigned long long)s.updates, (unsigned long long)s.applied_batches,
                  (unsigned long long)s.peer_failures);
+        /* SHS_EMB_SLOTS when the test sets it, else auto's 4..32 */
+        const char *knob = getenv("SHS_EMB_SLOTS");
+        unsigned want = knob != NULL ? (unsigned)atoi(knob) : 0;
+        if (want != 0 ? s.slots != want : s.slots < 4 || s.slots > 32)
+            fail("stats: %u slots (SHS_EMB_SLOTS %s)", s.slots, knob != NULL ? knob : "unset");
         shs_emb_destroy(emb);
     }
     free(delta);
@@ -471,8 +476,19 @@ static void case_bad(shs_ctx_t *ctx)
     shs_emb_destroy(emb);
 
     /* the last rank asks for another dim: every rank fails */
+    shs_status_t st0;
     p.dim = g_rank == shs_ctx_size(ctx) - 1 ? DIM + 1 : DIM;
     CHECK_EQ(shs_emb_create(ctx, &p, &emb), SHS_ERR_SIZE_MISMATCH);
+    /* the last rank asks for other slots: every rank fails */
+    p.field_mask |= SHS_EMB_PARAM_SLOTS;
+    p.slots = g_rank == shs_ctx_size(ctx) - 1 ? 5 : 6;
+    CHECK_EQ(shs_emb_create(ctx, &p, &emb), SHS_ERR_SIZE_MISMATCH);
+    /* slots out of range on the last rank: refused there, the others hear */
+    p.slots = g_rank == shs_ctx_size(ctx) - 1 ? SHS_EMB_SLOTS_MAX + 1 : 6;
+    st0 = shs_emb_create(ctx, &p, &emb);
+    if (st0 != (g_rank == shs_ctx_size(ctx) - 1 ? SHS_ERR_INVALID_ARG : SHS_ERR_PEER_FAILED))
+        fail("create with slots out of range on one rank: %s", shs_status_string(st0));
+    p.slots = 0;
     /* the last rank gives rows 0: it is refused, the others hear of it */
     p.dim = DIM;
     p.rows = g_rank == shs_ctx_size(ctx) - 1 ? 0 : ROWS;

@@ -103,6 +103,7 @@ static const char *const every_knob[] = {
     "SHS_COLL_MIN_CHUNK", "4k",
     "SHS_EMB_OWNER_READS", "9",
     "SHS_EMB_APPLY_NAP_US", "15",
+    "SHS_EMB_SLOTS", "12",
     "SHS_POLL_SPIN", "123456",
     NULL,
 };
@@ -149,6 +150,7 @@ START_TEST(test_every_knob_parses)
     ck_assert_uint_eq(c.coll_min_chunk, 4096);
     ck_assert_int_eq(c.emb_owner_reads, 9);
     ck_assert_int_eq(c.emb_apply_nap_us, 15);
+    ck_assert_int_eq(c.emb_slots, 12);
     ck_assert_int_eq(c.poll_spin, 123456);
 }
 END_TEST
