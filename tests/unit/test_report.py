@@ -81,6 +81,15 @@ class TestLoad(RunDir):
         self.assertIn("1.0000", line)  # NE / single
         self.assertTrue(ctr.table(rows, markdown=True).startswith("| mode |"))
 
+    def test_sync_only_rows(self):
+        self.write(rank_json("s-ma", 0, size=1, eps=0.0))
+        rows = [ctr.summarize(k, v) for k, v in load_runs(self.d).items()]
+        rows[0]["round_ms"], rows[0]["syncs_per_min"] = 2926.0, 20.5
+        line = ctr.sync_only_table(rows).splitlines()[-1]
+        self.assertTrue(line.endswith("| 1 | 20.5 | 2.9 s |"), line)
+        rows[0]["round_ms"] = 673.0
+        self.assertTrue(ctr.sync_only_table(rows).endswith("| 673 ms |"))
+
     def test_finish_row_spreads(self):
         ranks = [rank_json("s-ma", 0, eval_ne=0.8), rank_json("s-ma", 1, eval_ne=0.9, b2=0.5)]
         self.assertEqual(finish.row(3, "finish", ranks),

@@ -2,6 +2,7 @@
 
     tools/shs-report ctr DIR [--svg FILE] [--order LABEL,LABEL,...] [--markdown]
                          [--page FILE --block NAME --command CMD [--where guest|host]]
+    tools/shs-report ctr --sync-only DIR [DIR ...] [--page ... as above]
 
 reads DIR/<label>.rank<r>.json (written by `shs-ctr --out DIR`), and prints
 one row per label: ranks, EPS (examples per second, summed over the ranks),
@@ -14,7 +15,9 @@ rank 0's eval NE against examples seen (all ranks together), one line per
 label. With --page and --block, also writes the markdown table as block
 NAME of a results page (docs/results/ctr-modes.md holds the mode tables),
 dated, with the machine (--where: the runs were in guests, the default, or
-on this host) and CMD, the command that made DIR.
+on this host) and CMD, the command that made DIR. --sync-only: runs of
+`shs-ctr --sync-only S` (the engine alone, no workers), one row per run of
+each DIR: parameters, ranks, syncs per minute and time per round.
 """
 import argparse
 import sys
@@ -87,6 +90,16 @@ def table(rows, markdown):
     return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(r) for r in out])
 
 
+def sync_only_table(rows):
+    o = ["| parameters | ranks | syncs/min | time per round |",
+         "| ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        ms = r["round_ms"]
+        per = f"{ms / 1000:.1f} s" if ms >= 1000 else f"{ms:.0f} ms"
+        o.append(f"| {r['params']} | {r['ranks']} | {r['syncs_per_min']:.1f} | {per} |")
+    return "\n".join(o)
+
+
 def nice_ticks(lo, hi, n=5):
     span = hi - lo
     if span <= 0:
@@ -153,34 +166,41 @@ def svg(rows, path, title):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="shs-report ctr", description=__doc__.splitlines()[0])
-    ap.add_argument("dir")
+    ap.add_argument("dir", nargs="+")
     ap.add_argument("--svg")
     ap.add_argument("--order", help="comma-separated labels, in table order")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--sync-only", action="store_true",
+                    help="runs of shs-ctr --sync-only: the engine's rate only")
     ap.add_argument("--title", default="Hogwild CTR trainer: eval NE against examples seen")
     ap.add_argument("--page", help="results page to write the table to (with --block)")
     ap.add_argument("--block", help="name of the page's block, e.g. modes-all")
     ap.add_argument("--command", default="tools/ctr-run", help="the command that made DIR")
     ap.add_argument("--where", choices=("guest", "host"), default="guest")
     a = ap.parse_args(argv)
-    runs = load_runs(a.dir)
-    if not runs:
-        print(f"shs-report ctr: no results in {a.dir}", file=sys.stderr)
-        return 1
-    rows = [summarize(k, v) for k, v in runs.items()]
+    rows = []
+    for d in a.dir:
+        runs = load_runs(d)
+        if not runs:
+            print(f"shs-report ctr: no results in {d}", file=sys.stderr)
+            return 1
+        rows += [summarize(k, v) for k, v in runs.items()]
     if a.order:
         order = a.order.split(",")
         rows.sort(key=lambda r: order.index(r["label"]) if r["label"] in order else len(order))
-    print(table(rows, a.markdown))
-    if a.svg and svg(rows, a.svg, a.title):
+    text = sync_only_table(rows) if a.sync_only else table(rows, a.markdown)
+    print(text)
+    if a.svg and not a.sync_only and svg(rows, a.svg, a.title):
         print(f"picture: {a.svg}")
     if a.page or a.block:
         if not (a.page and a.block):
             print("shs-report ctr: --page and --block go together", file=sys.stderr)
             return 2
-        head = results_page.headline(
-            {"where": a.where, "command": a.command}, a.command,
-            f"{rows[0]['workers']} workers per rank, {rows[0]['params']} parameters")
-        results_page.try_write_block(a.page, a.block, head + "\n\n" + table(rows, True),
-                                     "tools/shs-report ctr", title="CTR trainer: the modes")
+        what = (f"{rows[0]['ranks']} ranks, the shadow engine alone (no workers)" if a.sync_only
+                else f"{rows[0]['workers']} workers per rank, {rows[0]['params']} parameters")
+        head = results_page.headline({"where": a.where, "command": a.command}, a.command, what)
+        body = text if a.sync_only else table(rows, True)
+        title = "The shadow engine alone" if a.sync_only else "CTR trainer: the modes"
+        results_page.try_write_block(a.page, a.block, head + "\n\n" + body,
+                                     "tools/shs-report ctr", title=title)
     return 0
