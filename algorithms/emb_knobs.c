@@ -7,14 +7,19 @@
 #include "algorithms/knobs.h"
 
 static const shs__knob_t emb_knobs[] = {
-    /* 3: the owner path costs three WRITEs (the ids, the rows, the stamp)
-     * and the READ path one READ per run of adjacent rows; on a device that
-     * moves few messages per second (Soft-RoCE under TCG: ~20k) messages
-     * are the cost. On a NIC that moves tens of millions, raise it: READs
-     * cost the holder no CPU. */
-    SHS_KNOB_INT("SHS_EMB_OWNER_READS", emb_owner_reads, "3", 0, 1 << 30,
-                 "embedding lookups (path auto): a holder packs its rows itself once "
-                 "reading them would take more READs than this"),
+    /* 3: the owner path costs a request through the holder's apply thread,
+     * the READ path one READ per run of adjacent rows. On Soft-RoCE under
+     * TCG (docs/results/embedding.md) the owner path won from 16 rows per
+     * holder up. auto measures the crossover at create (algorithms/
+     * embedding/calibrate.c), but there it timed isolated requests to a
+     * napping apply thread and gave 28 to 393 between two tables of one
+     * run, where the benchmark's crossover is below 16: not the default
+     * until it measures the loaded regime. On a NIC, where READs cost
+     * microseconds and no holder CPU, try auto or a large value. */
+    SHS_KNOB_INT_AUTO("SHS_EMB_OWNER_READS", emb_owner_reads, "3", 0, 1 << 30,
+                      "embedding lookups (path auto): a holder packs its rows itself once "
+                      "reading them would take more READs than this; auto: measured at "
+                      "create (every rank, the median)"),
     /* 200 us: at most that is added to an update's latency by an idle
      * holder, whose CPU stays free for the workers that share it. */
     SHS_KNOB_INT("SHS_EMB_APPLY_NAP_US", emb_apply_nap_us, "200", 1, 1000000,

@@ -385,11 +385,13 @@ static int one_config(shs_ctx_t *ctx, shs_coll_t *coll, const opts_t *o, uint32_
                    "\"p99_us\": %.6g, \"calls\": %.0f, \"reads_per_s\": %.6g, "
                    "\"registered_bytes_per_rank\": %.0f, \"rss_bytes_per_rank\": %.0f, "
                    "\"table_bytes\": %.0f, \"update_rows_per_s\": %.6g, \"stall_pct\": %.4g, "
-                   "\"apply_busy_pct\": %.4g, \"apply_lag_max\": %.0f}\n", size, o->workers,
+                   "\"apply_busy_pct\": %.4g, \"apply_lag_max\": %.0f, \"owner_reads\": %u, "
+                   "\"slots\": %u}\n", size, o->workers,
                    (unsigned long long)o->rows, o->zipf ? "zipf" : "uniform",
                    mode_name(o->mode), path_name(o->path), dim, batch, v[0], v[1], mbs,
                    uniq, remote, p50, p99, v[4], v[6], v[7] / size, v[8] / size,
-                   (double)o->rows * dim * sizeof(float), v[9], stall, busy, lag);
+                   (double)o->rows * dim * sizeof(float), v[9], stall, busy, lag, s1.owner_reads,
+                   s1.slots);
         else
             printf(" %5u %6u %9.1f %7.1f %11.5g %11.5g %9.4g %9.1f %9.1f %6.2f %6.1f %4.0f\n",
                    dim, batch, uniq, remote, v[0], v[1], mbs, p50, p99, stall, busy, lag);

@@ -155,6 +155,8 @@ static uint8_t choose_via(const shs_emb_worker_t *w, int o)
     const shs__emb_plan_t *p = &w->plan;
     if (o == e->me)
         return EMB_VIA_LOCAL;
+    if (w->force_via != EMB_VIA_NONE)
+        return w->force_via;
     if (e->path != SHS_EMB_PATH_AUTO)
         return e->path == SHS_EMB_PATH_OWNER ? EMB_VIA_OWNER : EMB_VIA_READ;
     uint32_t reads = 0;

@@ -74,6 +74,7 @@ struct shs_emb_worker {
     uint8_t *via;             /* per holder: how this lookup's rows come (EMB_VIA_*) */
     size_t started_n;
     shs_status_t start_status;
+    uint8_t force_via;        /* EMB_VIA_READ or _OWNER for every holder (calibrate.c) */
     emb_counters_t c;
 };
 
@@ -90,7 +91,8 @@ struct shs_emb {
     shs_emb_path_t path;
     int op_timeout_ms;
     unsigned spin;
-    uint32_t owner_reads;     /* SHS_EMB_OWNER_READS */
+    uint32_t owner_reads;     /* SHS_EMB_OWNER_READS, or measured (calibrate.c) */
+    bool owner_reads_auto;
     long apply_nap_ns;        /* SHS_EMB_APPLY_NAP_US */
     shs__emb_layout_t layout;
     int *holder_rank;         /* holder index -> rank */
@@ -163,5 +165,10 @@ void shs__emb_apply_stop(shs_emb_t *e);
 
 /* client.c: waits for a worker */
 shs_status_t shs__emb_wait_credit(shs_emb_worker_t *w, int o, uint64_t seq);
+
+/* calibrate.c: SHS_EMB_OWNER_READS auto (shs__emb_owner_reads_from in
+ * plan.h). Collective, at the end of create (ends with a barrier): measure when
+ * the knob is auto and the path is auto. */
+shs_status_t shs__emb_calibrate(shs_emb_t *e);
 
 #endif

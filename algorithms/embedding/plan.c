@@ -225,3 +225,13 @@ void shs__emb_plan_sum(const shs__emb_plan_t *p, const float *grads, uint32_t di
             acc[j] += g[j];
     }
 }
+
+uint32_t shs__emb_owner_reads_from(uint64_t read_ns, uint32_t reads, uint64_t owner_ns)
+{
+    const uint32_t max = 1u << 20;
+    if (reads == 0 || read_ns == 0)
+        return max; /* READs cost nothing measurable: always read */
+    /* the owner path pays off past owner_ns / (read_ns / reads) READs */
+    uint64_t t = owner_ns * reads / read_ns;
+    return t < 1 ? 1u : t > max ? max : (uint32_t)t;
+}

@@ -110,4 +110,9 @@ void shs__emb_plan_pool(const shs__emb_plan_t *p, const float *packed, uint32_t 
 void shs__emb_plan_sum(const shs__emb_plan_t *p, const float *grads, uint32_t dim, uint32_t n,
                        float *packed);
 
+/* SHS_EMB_OWNER_READS auto (calibrate.c): the READs that cost as much as
+ * one owner-path request, from `reads` READs timed at read_ns in all and
+ * one request at owner_ns; 1 .. 2^20. */
+uint32_t shs__emb_owner_reads_from(uint64_t read_ns, uint32_t reads, uint64_t owner_ns);
+
 #endif

@@ -118,9 +118,10 @@ static bool take(shs_emb_t *e, int r, int wk)
         emb_count(&e->applied_batches, 1);
         emb_count(&e->applied_rows, cnt);
     } else if (kind == EMB_MSG_LOOKUP) {
-        answer(e, r, wk, seq, h, loc);
+        /* counted before the asker can see its answer (calibrate.c) */
         emb_count(&e->served_lookups, 1);
         emb_count(&e->served_rows, cnt);
+        answer(e, r, wk, seq, h, loc);
     }
     atomic_store_explicit(tail, 0, memory_order_relaxed);
     atomic_store_explicit(&h->stamp, 0, memory_order_release);

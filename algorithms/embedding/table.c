@@ -301,7 +301,9 @@ shs_status_t shs_emb_create(shs_ctx_t *ctx, const shs_emb_params_t *params, shs_
     const shs__config_t *cfg = shs__ctx_config(ctx);
     e->op_timeout_ms = cfg->op_timeout_ms;
     e->spin = cfg->poll_spin < 0 ? 0u : (unsigned)cfg->poll_spin;
-    e->owner_reads = (uint32_t)cfg->emb_owner_reads;
+    /* auto: measured at the end of create; until then the Soft-RoCE figure */
+    e->owner_reads_auto = cfg->emb_owner_reads < 0;
+    e->owner_reads = e->owner_reads_auto ? 3u : (uint32_t)cfg->emb_owner_reads;
     e->apply_nap_ns = (long)cfg->emb_apply_nap_us * 1000L;
     e->want_slots = cfg->emb_slots; /* -1: auto */
     atomic_init(&e->apply_stop, false);
@@ -321,7 +323,7 @@ shs_status_t shs_emb_create(shs_ctx_t *ctx, const shs_emb_params_t *params, shs_
     if (e->me >= 0 && (st = shs__emb_apply_start(e)) != SHS_OK)
         goto err_free;
     /* nobody sends before every holder's apply thread runs */
-    if ((st = shs_ctx_barrier(ctx)) != SHS_OK)
+    if ((st = shs_ctx_barrier(ctx)) != SHS_OK || (st = shs__emb_calibrate(e)) != SHS_OK)
         goto err_stop;
     SHS_INFO("embedding table: %llu rows x %u over %u holder(s), %llu rows here, %d worker(s)",
              (unsigned long long)e->rows, e->dim, e->layout.shards,
@@ -389,6 +391,7 @@ shs_status_t shs_emb_stats(const shs_emb_t *e, shs_emb_stats_t *s)
     s->apply_busy_ms = (double)rd(&e->busy_ns) * 1e-6;
     s->shard_rows = e->shard_rows;
     s->slots = e->slots;
+    s->owner_reads = e->owner_reads;
     s->shard_bytes = e->shard_rows * e->row_bytes;
     s->state_bytes = e->state != NULL ? e->shard_rows * sizeof(float) : 0;
     s->registered_bytes = shs_region_len(e->shard) + shs_region_len(e->inbox) +

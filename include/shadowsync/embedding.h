@@ -21,8 +21,11 @@
  *     holder's apply thread writes the packed rows back (two messages per
  *     holder per batch; holder CPU spent). On a device that moves few
  *     messages per second (Soft-RoCE) this wins for many rows per holder.
- * The path is a per-table parameter (SHS_EMB_PATH_AUTO picks per call from
- * the rows each holder is asked for, see docs/design.md).
+ * The path is a per-table parameter. SHS_EMB_PATH_AUTO picks per call and
+ * holder: the owner path once the rows would take more READs than
+ * SHS_EMB_OWNER_READS (default 3; auto measures it on the device at create:
+ * a few timed lookups of each path on every rank, the median of the ranks'
+ * figures; the value used is in shs_emb_stats). See docs/design.md.
  * shs_emb_lookup_start / shs_emb_lookup_wait split the call so that a
  * worker overlaps the next batch's lookup with its compute.
  *
@@ -252,6 +255,8 @@ typedef struct shs_emb_stats {
     uint64_t state_bytes;      /* Adagrad's per-row state */
     uint64_t registered_bytes; /* every registered byte of the table (shard, inboxes, buffers) */
     uint32_t slots;            /* updates in flight per worker and holder (resolved) */
+    uint32_t owner_reads;      /* path auto: a holder packs its rows past this many READs
+                                  (SHS_EMB_OWNER_READS, or measured at create) */
 } shs_emb_stats_t;
 
 /* shs_emb_stats - a snapshot of this rank's counters; thread-safe (relaxed

@@ -111,6 +111,16 @@ static void check_table(shs_ctx_t *ctx, shs_emb_params_t p, const char *what)
     uint64_t seed = 7 + (uint64_t)g_rank;
     CHECK_OK(shs_emb_create(ctx, &p, &emb));
     shs_emb_worker_t *w = shs_emb_worker(emb, 0);
+    /* the path auto measured its threshold at create (calibrate.c) without
+     * a trace in this worker's counters (the holder's may already count
+     * the peers' first requests) */
+    shs_emb_stats_t s0;
+    CHECK_OK(shs_emb_stats(emb, &s0));
+    if (s0.lookups != 0 || s0.reads != 0 || s0.rows_owner != 0 || s0.owner_reads < 1 ||
+        s0.owner_reads > (1u << 20))
+        fail("%s: after create: lookups %llu reads %llu owner rows %llu, owner_reads %u", what,
+             (unsigned long long)s0.lookups, (unsigned long long)s0.reads,
+             (unsigned long long)s0.rows_owner, s0.owner_reads);
     for (int b = 0; b < 12; b++) {
         size_t n = b == 0 ? 1 : b == 1 ? BATCH : 1 + rng_next(&seed) % BATCH;
         batch_of(ids, n, &seed, b % 2 == 1);

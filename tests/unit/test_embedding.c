@@ -415,6 +415,20 @@ START_TEST(load_refuses_bad_saves)
 }
 END_TEST
 
+/* The measured crossover: 16 READs in 800 us (50 us each) against one
+ * owner-path request of 150 us: the owner path pays off past 3 READs. */
+START_TEST(owner_reads_crossover)
+{
+    ck_assert_uint_eq(shs__emb_owner_reads_from(800000, 16, 150000), 3);
+    /* a NIC: 16 READs in 16 us, a request through a holder's thread 40 us */
+    ck_assert_uint_eq(shs__emb_owner_reads_from(16000, 16, 40000), 40);
+    /* bounds: never below 1, never above 2^20, nothing measured: read */
+    ck_assert_uint_eq(shs__emb_owner_reads_from(800000, 16, 1000), 1);
+    ck_assert_uint_eq(shs__emb_owner_reads_from(1, 16, 1000000000), 1u << 20);
+    ck_assert_uint_eq(shs__emb_owner_reads_from(0, 16, 1000), 1u << 20);
+}
+END_TEST
+
 Suite *embedding_suite(void)
 {
     Suite *s = suite_create("embedding");
@@ -428,6 +442,7 @@ Suite *embedding_suite(void)
     tcase_add_test(tc, plan_runs_and_pooling);
     tcase_add_test(tc, save_load_reshard);
     tcase_add_test(tc, load_refuses_bad_saves);
+    tcase_add_test(tc, owner_reads_crossover);
     suite_add_tcase(s, tc);
     return s;
 }
