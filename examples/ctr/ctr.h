@@ -7,6 +7,7 @@
 #ifndef SHS_TOOLS_CTR_H
 #define SHS_TOOLS_CTR_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -75,6 +76,43 @@ static inline uint64_t mix(uint64_t x)
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
     return x ^ (x >> 31);
+}
+
+static inline uint64_t ctr_h3(uint64_t a, uint64_t b, uint64_t c)
+{
+    return mix(mix(mix(a) ^ b) ^ c);
+}
+
+/* uniform in (0, 1) from the top 53 bits */
+static inline double ctr_unif(uint64_t h)
+{
+    return ((double)(h >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+/* A cheap standard-normal-like draw: the sum of three uniforms taken from
+ * the bits of one hash, centred and scaled to variance 1 (no
+ * transcendental functions: they are slow under CPU emulation). */
+static inline double ctr_gauss(uint64_t h)
+{
+    double s = (double)(h & 0x1fffff) + (double)((h >> 21) & 0x1fffff) +
+               (double)((h >> 42) & 0x1fffff);
+    return (s * (1.0 / 2097152.0) - 1.5) * 2.0;
+}
+
+/* The teachers' calibration: the bias b for which the mean of
+ * sigmoid(logit(teacher, idx) + b) over 20000 draws far from any real
+ * example index is target (bisection). */
+double ctr_calibrate_bias(double (*logit)(const void *teacher, uint64_t idx),
+                          const void *teacher, double target);
+
+/* The logistic function, clamped to +-30 */
+static inline float ctr_sigmoid(float x)
+{
+    if (x > 30)
+        x = 30;
+    if (x < -30)
+        x = -30;
+    return 1.0f / (1.0f + expf(-x));
 }
 
 #endif

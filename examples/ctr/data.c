@@ -24,83 +24,76 @@ static const int pairs[][2] = {{0, 1}, {2, 3}, {1, 4}, {5, 6}, {0, 7}, {3, 5}};
 #define SALT_A 0x7465616368657232ull
 #define SALT_U 0x7465616368657233ull
 #define SALT_X 0x6578616d706c6531ull
-#define CALIB_BASE (1ull << 62) /* calibration draws: far from any real index */
-#define CALIB_N 20000
-
-static uint64_t h3(uint64_t a, uint64_t b, uint64_t c)
-{
-    return mix(mix(mix(a) ^ b) ^ c);
-}
-
-static double unif(uint64_t h)
-{
-    return ((double)(h >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-
-/* A cheap standard-normal-like draw: the sum of three uniforms taken from
- * the bits of one hash, centered and scaled to variance 1 (no
- * transcendental functions: they are slow under CPU emulation). */
-static double gauss(uint64_t h)
-{
-    double s = (double)(h & 0x1fffff) + (double)((h >> 21) & 0x1fffff) +
-               (double)((h >> 42) & 0x1fffff);
-    return (s * (1.0 / 2097152.0) - 1.5) * 2.0;
-}
 
 static double teacher_logit(const ctr_teacher_t *t, const ctr_example_t *ex)
 {
     double z = 0;
     for (int f = 0; f < CTR_FIELDS; f++)
-        z += 0.5 * gauss(h3(t->seed ^ SALT_T, (uint64_t)f, ex->cat[f]));
+        z += 0.5 * ctr_gauss(ctr_h3(t->seed ^ SALT_T, (uint64_t)f, ex->cat[f]));
     for (size_t k = 0; k < NPAIRS; k++) {
         int f = pairs[k][0], g = pairs[k][1];
         for (int j = 0; j < TEACHER_DIM; j++)
-            z += 0.25 * gauss(h3(t->seed ^ SALT_A, (uint64_t)(f * 8 + j), ex->cat[f])) *
-                 gauss(h3(t->seed ^ SALT_A, (uint64_t)(g * 8 + j), ex->cat[g]));
+            z += 0.25 * ctr_gauss(ctr_h3(t->seed ^ SALT_A, (uint64_t)(f * 8 + j), ex->cat[f])) *
+                 ctr_gauss(ctr_h3(t->seed ^ SALT_A, (uint64_t)(g * 8 + j), ex->cat[g]));
     }
     const float *x = ex->dense;
     for (int j = 0; j < CTR_DENSE; j++)
-        z += 0.25 * gauss(h3(t->seed ^ SALT_U, (uint64_t)j, 0)) * x[j];
+        z += 0.25 * ctr_gauss(ctr_h3(t->seed ^ SALT_U, (uint64_t)j, 0)) * x[j];
     z += 0.6 * tanh((double)x[0] * x[1]) + 0.5 * fmax(0.0, x[2]) - 0.2 * x[3] * x[3];
     return z;
 }
 
 static void draw_features(const ctr_teacher_t *t, uint64_t idx, ctr_example_t *ex, uint64_t *s)
 {
-    *s = h3(t->seed ^ SALT_X, idx, 0);
+    *s = ctr_h3(t->seed ^ SALT_X, idx, 0);
     for (int j = 0; j < CTR_DENSE; j++) {
         *s = mix(*s);
-        ex->dense[j] = (float)gauss(*s);
+        ex->dense[j] = (float)ctr_gauss(*s);
     }
     for (int f = 0; f < CTR_FIELDS; f++) {
         *s = mix(*s);
-        double u = unif(*s);
+        double u = ctr_unif(*s);
         ex->cat[f] = (uint32_t)(u * u * u * (double)vocab[f]);
     }
 }
 
-void ctr_teacher_init(ctr_teacher_t *t, uint64_t seed, double target_ctr)
+#define CALIB_BASE (1ull << 62) /* calibration draws: far from any real index */
+#define CALIB_N 20000
+
+double ctr_calibrate_bias(double (*logit)(const void *teacher, uint64_t idx),
+                          const void *teacher, double target)
 {
     static double z[CALIB_N];
-    ctr_example_t ex;
-    t->seed = seed;
-    t->bias = 0;
-    for (int i = 0; i < CALIB_N; i++) {
-        uint64_t s;
-        draw_features(t, CALIB_BASE + (uint64_t)i, &ex, &s);
-        z[i] = teacher_logit(t, &ex);
-    }
+    for (int i = 0; i < CALIB_N; i++)
+        z[i] = logit(teacher, CALIB_BASE + (uint64_t)i);
     double lo = -20, hi = 5;
     for (int it = 0; it < 60; it++) {
         double b = 0.5 * (lo + hi), m = 0;
         for (int i = 0; i < CALIB_N; i++)
             m += 1.0 / (1.0 + exp(-(z[i] + b)));
-        if (m / CALIB_N > target_ctr)
+        if (m / CALIB_N > target)
             hi = b;
         else
             lo = b;
     }
-    t->bias = (float)(0.5 * (lo + hi));
+    return 0.5 * (lo + hi);
+}
+
+/* the teacher's logit of example idx, for the calibration */
+static double calib_logit(const void *tv, uint64_t idx)
+{
+    const ctr_teacher_t *t = tv;
+    ctr_example_t ex;
+    uint64_t s;
+    draw_features(t, idx, &ex, &s);
+    return teacher_logit(t, &ex);
+}
+
+void ctr_teacher_init(ctr_teacher_t *t, uint64_t seed, double target_ctr)
+{
+    t->seed = seed;
+    t->bias = 0;
+    t->bias = (float)ctr_calibrate_bias(calib_logit, t, target_ctr);
 }
 
 void ctr_example(const ctr_teacher_t *t, uint64_t idx, ctr_example_t *ex)
@@ -108,5 +101,5 @@ void ctr_example(const ctr_teacher_t *t, uint64_t idx, ctr_example_t *ex)
     uint64_t s;
     draw_features(t, idx, ex, &s);
     double p = 1.0 / (1.0 + exp(-(teacher_logit(t, ex) + t->bias)));
-    ex->label = unif(mix(s)) < p ? 1.0f : 0.0f;
+    ex->label = ctr_unif(mix(s)) < p ? 1.0f : 0.0f;
 }

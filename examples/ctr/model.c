@@ -41,11 +41,6 @@ void ctr_layout_init(ctr_layout_t *l, const ctr_shape_t *s)
     l->count = l->b2 + 1;
 }
 
-static double unif(uint64_t h)
-{
-    return ((double)(h >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-
 void ctr_model_init(const ctr_layout_t *l, float *p, uint64_t seed, double prior_ctr)
 {
     uint64_t s = mix(seed ^ 0x6d6f64656c696e69ull);
@@ -54,17 +49,17 @@ void ctr_model_init(const ctr_layout_t *l, float *p, uint64_t seed, double prior
     size_t nemb = (size_t)CTR_FIELDS * l->s.buckets * (size_t)l->s.dim;
     for (size_t i = 0; i < nemb; i++) {
         s = mix(s);
-        p[l->emb + i] = (float)((unif(s) - 0.5) * 0.1);
+        p[l->emb + i] = (float)((ctr_unif(s) - 0.5) * 0.1);
     }
     /* He-style uniform init of the first layer, small output layer */
     double a1 = sqrt(6.0 / l->in), a2 = sqrt(3.0 / l->s.hidden) * 0.1;
     for (size_t i = 0; i < (size_t)l->s.hidden * (size_t)l->in; i++) {
         s = mix(s);
-        p[l->w1 + i] = (float)((2 * unif(s) - 1) * a1);
+        p[l->w1 + i] = (float)((2 * ctr_unif(s) - 1) * a1);
     }
     for (int j = 0; j < l->s.hidden; j++) {
         s = mix(s);
-        p[l->w2 + (size_t)j] = (float)((2 * unif(s) - 1) * a2);
+        p[l->w2 + (size_t)j] = (float)((2 * ctr_unif(s) - 1) * a2);
     }
 }
 
@@ -110,20 +105,11 @@ static void forward(const ctr_layout_t *l, const float *p, const ctr_example_t *
     f->logit = logit + out;
 }
 
-static float sigmoid(float x)
-{
-    if (x > 30)
-        x = 30;
-    if (x < -30)
-        x = -30;
-    return 1.0f / (1.0f + expf(-x));
-}
-
 float ctr_predict(const ctr_layout_t *l, const float *p, const ctr_example_t *ex)
 {
     fwd_t f;
     forward(l, p, ex, &f);
-    return sigmoid(f.logit);
+    return ctr_sigmoid(f.logit);
 }
 
 float ctr_sgd_step(const ctr_layout_t *l, float *p, const ctr_example_t *ex, float lr)
@@ -133,7 +119,7 @@ float ctr_sgd_step(const ctr_layout_t *l, float *p, const ctr_example_t *ex, flo
     const int dim = l->s.dim, H = l->s.hidden, in = l->in;
     const uint32_t B = l->s.buckets;
     forward(l, p, ex, &f);
-    float q = sigmoid(f.logit);
+    float q = ctr_sigmoid(f.logit);
     float g = q - ex->label;
     float lg = lr * g;
 

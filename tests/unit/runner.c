@@ -23,6 +23,7 @@ static const struct {
     {"shadow", shadow_suite},
     {"shadow_view", shadow_view_suite},
     {"embedding", embedding_suite},
+    {"dlrm", dlrm_suite},
 };
 
 int main(int argc, char **argv)

@@ -15,5 +15,6 @@ Suite *collective_suite(void);
 Suite *shadow_suite(void);
 Suite *shadow_view_suite(void);
 Suite *embedding_suite(void);
+Suite *dlrm_suite(void);
 
 #endif
