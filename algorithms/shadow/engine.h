@@ -45,7 +45,7 @@ typedef struct shs__pub_hdr {
     uint64_t stopped;  /* nonzero: this rank's engine is stopped */
     uint64_t checkin;  /* ring path: (round << 1) | leaving, written once per round */
     uint64_t pulling;  /* nonzero: the ring path fell back to the pull path (sticky) */
-    uint64_t pad;
+    uint64_t fence;    /* EASGD: the finish phases this rank has reached (path_easgd.c) */
     uint64_t failed[SHS__VIEW_WORDS]; /* the view's told words: gossip */
 } shs__pub_hdr_t;
 
@@ -73,7 +73,9 @@ typedef struct shs__path_ops {
     bool (*leave)(shs_shadow_t *sh);
     /* the shadow thread ends: take in what is in flight */
     void (*quiesce)(shs_shadow_t *sh);
-    /* shs_shadow_finish, once every rank's writes have landed */
+    /* shs_shadow_finish, once this rank's writes have landed; the path
+     * meets the other ranks itself (a barrier, or EASGD's fences, which
+     * keep serving the inbox) */
     shs_status_t (*finish)(shs_shadow_t *sh);
     /* shs_shadow_destroy, after the final barrier */
     void (*teardown)(shs_shadow_t *sh);
@@ -105,6 +107,7 @@ typedef struct shs__easgd {
     size_t my_off, my_len;
     int *credits;
     unsigned *sent;   /* deltas sent to each owner (parity of the next slot) */
+    uint64_t fence;   /* the last fence value this rank published (finish) */
     uint32_t channel; /* channel << IMM_CHANNEL_SHIFT */
 } shs__easgd_t;
 

@@ -335,6 +335,60 @@ static void easgd_quiesce(shs_shadow_t *sh)
     (void)shs__easgd_service(sh, true);
 }
 
+/* ------------------------------------------------------------ finish */
+
+/* The finish meets the other ranks through fences, not a barrier: each
+ * rank publishes how far it got in its header, and while it waits for the
+ * others it keeps serving its inbox, since a rank still in its last
+ * foreground round may need this rank's credits to get there (a barrier
+ * there would hold it until SHS_SHADOW_WAIT_MS). */
+enum { FENCE_SENT = 1, FENCE_SETTLED = 2 };
+
+typedef struct fence_wait {
+    int peer;
+    uint64_t target;
+    shs_status_t st;
+} fence_wait_t;
+
+static bool fence_poll(shs_shadow_t *sh, void *arg)
+{
+    fence_wait_t *fw = arg;
+    fw->st = shs__easgd_service(sh, true);
+    if (fw->st != SHS_OK)
+        return true;
+    if (shs_ctx_peer_status(sh->io, fw->peer, NULL) != SHS_OK) {
+        fw->st = SHS_ERR_PEER_FAILED;
+        return true;
+    }
+    fw->st = shs__read_header(sh, fw->peer, 0);
+    if (fw->st != SHS_OK)
+        return true;
+    const shs__pub_hdr_t *h = (const shs__pub_hdr_t *)sh->scratch_mem;
+    return __atomic_load_n(&h->fence, __ATOMIC_RELAXED) >= fw->target;
+}
+
+/* Publish phase `phase` of this finish and wait until every living peer
+ * has reached it, serving the inbox meanwhile. */
+static shs_status_t fence(shs_shadow_t *sh, uint64_t base, int phase, const char *what)
+{
+    uint64_t target = base + (uint64_t)phase;
+    sh->easgd.fence = target;
+    __atomic_store_n(&sh->hdr->fence, target, __ATOMIC_RELEASE);
+    for (int p = 0; p < sh->size; p++) {
+        if (p == sh->rank || shs__view_is_dead(&sh->view, p))
+            continue;
+        fence_wait_t fw = {.peer = p, .target = target, .st = SHS_OK};
+        shs_status_t st = shs__shadow_wait(sh, fence_poll, &fw, false);
+        if (st == SHS_ERR_TIMEOUT)
+            SHS_ERROR("shs_shadow_finish: peer %d did not %s within %d ms "
+                      "(SHS_SHADOW_WAIT_MS)", p, what, sh->cfg.wait_ms);
+        st = shs__first_error(fw.st, st);
+        if (st != SHS_OK)
+            return st;
+    }
+    return SHS_OK;
+}
+
 typedef struct settle_wait {
     int owner;       /* the first owner with credits out (-1: none) */
     shs_status_t st;
@@ -347,22 +401,21 @@ static bool settle_poll(shs_shadow_t *sh, void *arg)
     if (sw->st != SHS_OK)
         return true;
     for (sw->owner = 0; sw->owner < sh->size; sw->owner++)
-        if (sw->owner != sh->rank && sh->easgd.credits[sw->owner] < EASGD_CREDITS)
+        if (sw->owner != sh->rank && !shs__view_is_dead(&sh->view, sw->owner) &&
+            sh->easgd.credits[sw->owner] < EASGD_CREDITS)
             return false;
     return true;
 }
 
-/* Every delta sent so far is applied by its owner: each owner applies what
- * its inbox holds and acknowledges it (the barrier lets the
- * acknowledgements land), and all credits back means every delta this rank
- * sent was applied. */
+/* Every delta sent so far is applied by its owner. Each rank's deltas have
+ * landed (flushed) before it publishes FENCE_SENT; once every rank has, each
+ * waits until all its credits are back (every delta it sent applied) and
+ * publishes FENCE_SETTLED; nobody stops serving its inbox before every rank
+ * has settled. */
 static shs_status_t easgd_finish(shs_shadow_t *sh)
 {
-    shs_status_t st = shs__easgd_service(sh, true);
-    if (st == SHS_OK)
-        st = shs_flush(sh->io, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT);
-    if (st == SHS_OK)
-        st = shs_ctx_barrier(sh->ctx);
+    uint64_t base = sh->easgd.fence; /* a previous finish's last phase */
+    shs_status_t st = fence(sh, base, FENCE_SENT, "enter shs_shadow_finish");
     if (st != SHS_OK)
         return st;
     settle_wait_t sw = {.owner = -1, .st = SHS_OK};
@@ -370,7 +423,10 @@ static shs_status_t easgd_finish(shs_shadow_t *sh)
     if (st == SHS_ERR_TIMEOUT)
         SHS_ERROR("shs_shadow_finish: owner %d did not acknowledge this rank's last delta "
                   "within %d ms", sw.owner, sh->cfg.wait_ms);
-    return shs__first_error(sw.st, st);
+    st = shs__first_error(sw.st, st);
+    if (st != SHS_OK)
+        return st;
+    return fence(sh, base, FENCE_SETTLED, "settle its deltas");
 }
 
 const shs__path_ops_t shs__path_easgd = {

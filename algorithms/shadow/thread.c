@@ -257,7 +257,10 @@ shs_status_t shs_shadow_sync(shs_shadow_t *sh)
 shs_status_t shs__finish_mean(shs_shadow_t *sh)
 {
     shs_coll_t *coll = NULL;
-    shs_status_t st = shs__shadow_coll(sh, sh->ctx, &coll);
+    shs_status_t st = shs_ctx_barrier(sh->ctx); /* every rank's rounds are over */
+    if (st != SHS_OK)
+        return st;
+    st = shs__shadow_coll(sh, sh->ctx, &coll);
     if (st == SHS_OK)
         st = shs_allreduce_region(coll, NULL, sh->model, sh->model_off, sh->n,
                                   SHS_DTYPE_FLOAT32, SHS_REDUCE_AVG);
@@ -278,11 +281,10 @@ shs_status_t shs_shadow_finish(shs_shadow_t *sh)
                   "(their models stay as they are)", sh->view.ndead);
         return SHS_ERR_PEER_FAILED;
     }
-    /* every write this rank made has landed (flush), and so has every
-     * rank's (barrier); then the path settles */
+    /* every write this rank made has landed (flush); then the path meets
+     * the other ranks and settles (not with a plain barrier: an EASGD owner
+     * must keep serving its inbox while a slower rank ends its rounds) */
     shs_status_t st = shs_flush(sh->io, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT);
-    if (st == SHS_OK)
-        st = shs_ctx_barrier(sh->ctx);
     if (st == SHS_OK)
         st = sh->ops->finish(sh);
     sh->finished = true;

@@ -132,10 +132,10 @@ void ctr_sync_stop(ctr_run_t *r, ctr_result_t *res, ctr_fail_mark_t *mark, doubl
         failure_figures(r, &s, res, mark, t0);
 }
 
-/* Whether the job-wide steps at the end (barriers, shs_shadow_finish, the
+/* Whether the job-wide steps at the end (shs_shadow_finish, barriers, the
  * final allreduce) may run: not after a peer failure, where the survivors
- * evaluate their own models. Runs the first of them, a barrier, and
- * shs_shadow_finish: MA/BMUF replicas become their exact mean, EASGD's
+ * evaluate their own models. Runs the first of them, shs_shadow_finish, and
+ * a barrier. The finish: MA/BMUF replicas become their exact mean, EASGD's
  * center takes its last deltas; without it each rank's own model carries
  * the drift since its last round. */
 bool ctr_sync_teardown(ctr_run_t *r, const ctr_result_t *res)
@@ -149,17 +149,24 @@ bool ctr_sync_teardown(ctr_run_t *r, const ctr_result_t *res)
         gone += p != r->rank && shs_ctx_peer_status(r->ctx, p, NULL) != SHS_OK;
     if (res->failed != 0 || gone != 0)
         return false;
-    /* a peer that saw a failure this rank did not see skips it */
-    shs_status_t st = shs_ctx_barrier(r->ctx);
-    if (st != SHS_OK) {
-        fprintf(stderr, "shs-ctr rank %d: barrier after training: %s; the job-wide steps "
-                "are skipped\n", r->rank, shs_status_string(st));
-        return false;
-    }
+    /* the finish first: in FR-EASGD a rank still in its last rounds needs
+     * this rank's inbox credits, which a plain barrier would not give */
+    shs_status_t st = SHS_OK;
+    const char *step = "shs_shadow_finish";
     if (r->sync && !r->o.no_finish) {
         st = shs_shadow_finish(r->sh);
-        if (st != SHS_OK)
+        if (st != SHS_OK && st != SHS_ERR_PEER_FAILED)
             ctr_die("shs_shadow_finish: %s", shs_status_string(st));
+    }
+    /* a peer that saw a failure this rank did not see skips the rest */
+    if (st == SHS_OK) {
+        step = "barrier after training";
+        st = shs_ctx_barrier(r->ctx);
+    }
+    if (st != SHS_OK) {
+        fprintf(stderr, "shs-ctr rank %d: %s: %s; the job-wide steps are skipped\n", r->rank,
+                step, shs_status_string(st));
+        return false;
     }
     return true;
 }

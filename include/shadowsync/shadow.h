@@ -263,6 +263,15 @@ SHS_API shs_status_t shs_shadow_stop(shs_shadow_t *shadow);
  * rank is skipped by its peers: a round would include a peer on one side
  * only). For foreground rounds after a background run, destroy the engine
  * and create a new one (collective).
+ *
+ * FR-EASGD: an owner applies and acknowledges the deltas in its inbox only
+ * inside its own shs_shadow_sync and shs_shadow_finish, and a sender whose
+ * two inbox slots at an owner are full waits for that owner (up to
+ * SHS_SHADOW_WAIT_MS, then the slice is skipped and the round returns
+ * SHS_ERR_TIMEOUT). So after its last round a rank calls shs_shadow_finish
+ * before any other collective step (a barrier first would leave a slower
+ * rank waiting for this rank's credits); the finish keeps serving the inbox
+ * until every rank has settled.
  * Status: SHS_OK; SHS_ERR_BAD_STATE (the shadow thread is running, it ran
  * before, shs_shadow_finish ran, or poisoned); the round's error
  * (SHS_ERR_TIMEOUT, SHS_ERR_PEER_FAILED, ...) when a peer could not be read:
@@ -285,6 +294,9 @@ SHS_API shs_status_t shs_shadow_sync(shs_shadow_t *shadow);
  *   EASGD:    every delta sent so far is applied to its owner's center
  *             slice and acknowledged, so replicas + center is conserved and
  *             shs_shadow_center reads a settled slice; replicas are kept.
+ *             The ranks meet through their published headers, each serving
+ *             its inbox while it waits, so a rank may enter the finish
+ *             while others still run their last foreground rounds.
  * It is also the way to wait until every rank's engine is done (barriers
  * are refused while a thread runs). Afterwards the engine runs no more
  * rounds (start and sync return SHS_ERR_BAD_STATE): destroy it.

@@ -24,6 +24,10 @@
  *              the delta application's load-store window); then
  *              shs_shadow_finish: every replica equal, the sum kept, no
  *              rounds accepted after it
+ *   fr-easgd   FR-EASGD, rank 0 slower than the others: the ranks that
+ *              are done enter shs_shadow_finish while rank 0 still needs
+ *              their inbox credits; every round and the finish succeed,
+ *              nothing is skipped, replicas + center keep their sum
  *   bmuf       FR-BMUF with identical replicas plus per-rank offsets: one
  *              round gives the BMUF step of the mean (checked by hand rule)
  *
@@ -50,6 +54,8 @@
 #define STALENESS_BOUND_MS 10000.0
 #define STOP_BOUND_S 15.0
 #define RUN_BOUND_S 120.0
+#define FR_EASGD_ROUNDS 12
+#define FR_EASGD_SLOW_US (300 * 1000) /* rank 0's pause before each round */
 
 /* Rank r's initial value of element i: spread over ranks and positions. */
 static float value(int r, size_t i)
@@ -188,6 +194,42 @@ static void case_ma(shs_ctx_t *ctx, shs_region_t *model, bool ds, bool ring)
 
 /* --------------------------------------------------------------- EASGD */
 
+/* After shs_shadow_finish: the replicas and the center slices together
+ * hold the initial sum (the center starts at the mean: (1 + 1/n) x the sum
+ * of the ranks' initial models). Collective. */
+static void check_easgd_sum(shs_ctx_t *ctx, shs_shadow_t *sh, const float *w, const char *what)
+{
+    int n = shs_ctx_size(ctx);
+    const float *c;
+    size_t off, len;
+    CHECK_OK(shs_shadow_center(sh, &c, &off, &len));
+    shs_region_t *res;
+    CHECK_OK(shs_region_alloc(ctx, 4096, SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_READ, &res));
+    double *mine = shs_region_addr(res);
+    mine[0] = 0;
+    for (size_t i = 0; i < N_ELEMS; i++)
+        mine[0] += w[i];
+    for (size_t i = 0; i < len; i++)
+        mine[0] += c[i];
+    CHECK_OK(shs_ctx_barrier(ctx));
+    if (g_rank == 0) {
+        double total = mine[0], want = 0;
+        for (int r = 1; r < n; r++) {
+            CHECK_OK(shs_read(ctx, r, res, 64, res, 0, 8, SHS_OP_SIGNAL));
+            CHECK_OK(shs_flush(ctx, r, SHS_TIMEOUT_DEFAULT));
+            total += mine[8];
+        }
+        for (int r = 0; r < n; r++)
+            for (size_t i = 0; i < N_ELEMS; i++)
+                want += value(r, i) * (1.0 + 1.0 / n);
+        printf("%s: replicas + center %.3f, initial %.3f\n", what, total, want);
+        if (fabs(total - want) > 1e-5 * fabs(want) + 1.0)
+            fail("%s: replicas + center is %.3f, expected %.3f", what, total, want);
+    }
+    CHECK_OK(shs_ctx_barrier(ctx));
+    shs_region_destroy(res);
+}
+
 static void case_easgd(shs_ctx_t *ctx, shs_region_t *model)
 {
     int n = shs_ctx_size(ctx);
@@ -215,39 +257,42 @@ static void case_easgd(shs_ctx_t *ctx, shs_region_t *model)
 
     /* a few rounds only, so the last deltas are large: after the finish the
      * replicas and the center together hold their initial sum */
-    shs_region_t *res;
-    CHECK_OK(shs_region_alloc(ctx, 4096, SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_READ, &res));
     fill(w, g_rank);
     CHECK_OK(shs_shadow_create(ctx, model, 0, N_ELEMS, &p, &sh));
-    CHECK_OK(shs_shadow_center(sh, &c, &off, &len));
     CHECK_OK(shs_shadow_start(sh));
     wait_rounds(sh, 3 + (uint64_t)g_rank);
     CHECK_OK(shs_shadow_stop(sh));
     CHECK_OK(shs_shadow_finish(sh));
-    double *mine = shs_region_addr(res);
-    mine[0] = 0;
-    for (size_t i = 0; i < N_ELEMS; i++)
-        mine[0] += w[i];
-    for (size_t i = 0; i < len; i++)
-        mine[0] += c[i];
-    CHECK_OK(shs_ctx_barrier(ctx));
-    if (g_rank == 0) {
-        double total = mine[0], want = 0;
-        for (int r = 1; r < n; r++) {
-            CHECK_OK(shs_read(ctx, r, res, 64, res, 0, 8, SHS_OP_SIGNAL));
-            CHECK_OK(shs_flush(ctx, r, SHS_TIMEOUT_DEFAULT));
-            total += mine[8];
-        }
-        for (int r = 0; r < n; r++)
-            for (size_t i = 0; i < N_ELEMS; i++)
-                want += value(r, i) * (1.0 + 1.0 / n); /* the center starts at the mean */
-        printf("easgd finish: replicas + center %.3f, initial %.3f\n", total, want);
-        if (fabs(total - want) > 1e-5 * fabs(want) + 1.0)
-            fail("easgd finish: replicas + center is %.3f, expected %.3f", total, want);
-    }
-    CHECK_OK(shs_ctx_barrier(ctx));
+    check_easgd_sum(ctx, sh, w, "s-easgd finish");
     shs_shadow_destroy(sh);
-    shs_region_destroy(res);
+}
+
+/* FR-EASGD at unequal paces: rank 0 sleeps between its rounds, so the
+ * others do theirs and enter shs_shadow_finish while rank 0 still needs
+ * their inbox credits; an owner inside finish keeps serving its inbox, so
+ * every round and the finish succeed, nothing is skipped, and the sum is
+ * kept. */
+static void case_fr_easgd(shs_ctx_t *ctx, shs_region_t *model)
+{
+    float *w = shs_region_addr(model);
+    shs_shadow_params_t p = base_params(SHS_SHADOW_EASGD);
+    shs_shadow_t *sh;
+    fill(w, g_rank);
+    CHECK_OK(shs_shadow_create(ctx, model, 0, N_ELEMS, &p, &sh));
+    for (int r = 0; r < FR_EASGD_ROUNDS; r++) {
+        if (g_rank == 0)
+            usleep(FR_EASGD_SLOW_US);
+        CHECK_OK(shs_shadow_sync(sh));
+    }
+    CHECK_OK(shs_shadow_finish(sh));
+    shs_shadow_stats_t s;
+    CHECK_OK(shs_shadow_stats(sh, &s));
+    if (s.rounds != FR_EASGD_ROUNDS || s.errors != 0 || s.peers_skipped != 0)
+        fail("fr-easgd: %llu rounds, %llu errors, %llu skipped (last error %s)",
+             (unsigned long long)s.rounds, (unsigned long long)s.errors,
+             (unsigned long long)s.peers_skipped, shs_status_string(s.last_error));
+    check_easgd_sum(ctx, sh, w, "fr-easgd finish");
+    shs_shadow_destroy(sh);
 }
 
 /* ---------------------------------------------------------------- stop */
@@ -530,7 +575,7 @@ int main(int argc, char **argv)
 {
     if (argc != 2) {
         fprintf(stderr,
-                "usage: shs-launch -n 4 -- %s ma-all|ma-ds|ring-all|ring-ds|easgd|stop|stop-ring|conserve|stop-conserve|bmuf\n",
+                "usage: shs-launch -n 4 -- %s ma-all|ma-ds|ring-all|ring-ds|easgd|fr-easgd|stop|stop-ring|conserve|stop-conserve|bmuf\n",
                 argv[0]);
         return RC_FAIL;
     }
@@ -569,6 +614,8 @@ int main(int argc, char **argv)
         case_conserve(ctx, model, false);
     else if (strcmp(which, "stop-conserve") == 0)
         case_conserve(ctx, model, true);
+    else if (strcmp(which, "fr-easgd") == 0)
+        case_fr_easgd(ctx, model);
     else if (strcmp(which, "bmuf") == 0)
         case_bmuf(ctx, model);
     else
