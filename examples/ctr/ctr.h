@@ -64,6 +64,9 @@ double ctr_logloss(float q, float y);
 /* Entropy (nats) of a Bernoulli with mean ctr: the normalizer of NE. */
 double ctr_entropy(double ctr);
 
+/* NE and AUC of n (prediction, label) pairs; reorders them. */
+void ctr_score(float *pairs, size_t n, double *ne_p, double *auc_p);
+
 /* NE and AUC of the model on examples[0..n); scratch holds 2n floats. */
 void ctr_evaluate(const ctr_layout_t *l, const float *p, const ctr_example_t *ex, size_t n,
                   float *scratch, double *ne_p, double *auc_p);

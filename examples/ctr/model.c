@@ -172,27 +172,23 @@ static int cmp_pred(const void *a, const void *b)
     return x < y ? -1 : x > y ? 1 : 0;
 }
 
-void ctr_evaluate(const ctr_layout_t *l, const float *p, const ctr_example_t *ex, size_t n,
-                  float *scratch, double *ne_p, double *auc_p)
+void ctr_score(float *pairs, size_t n, double *ne_p, double *auc_p)
 {
     double ll = 0, pos = 0;
     for (size_t i = 0; i < n; i++) {
-        float q = ctr_predict(l, p, &ex[i]);
-        ll += ctr_logloss(q, ex[i].label);
-        pos += ex[i].label;
-        scratch[2 * i] = q;
-        scratch[2 * i + 1] = ex[i].label;
+        ll += ctr_logloss(pairs[2 * i], pairs[2 * i + 1]);
+        pos += pairs[2 * i + 1];
     }
     double h = ctr_entropy(pos / (double)n);
     *ne_p = h > 0 ? ll / (double)n / h : 0;
     /* AUC by the rank sum of the positives, ties sharing their mean rank */
-    qsort(scratch, n, 2 * sizeof(float), cmp_pred);
+    qsort(pairs, n, 2 * sizeof(float), cmp_pred);
     double rank_sum = 0;
     for (size_t i = 0; i < n;) {
         size_t j = i;
         double npos = 0;
-        while (j < n && scratch[2 * j] == scratch[2 * i]) {
-            npos += scratch[2 * j + 1];
+        while (j < n && pairs[2 * j] == pairs[2 * i]) {
+            npos += pairs[2 * j + 1];
             j++;
         }
         rank_sum += npos * (0.5 * (double)(i + 1 + j));
@@ -200,4 +196,14 @@ void ctr_evaluate(const ctr_layout_t *l, const float *p, const ctr_example_t *ex
     }
     double neg = (double)n - pos;
     *auc_p = pos > 0 && neg > 0 ? (rank_sum - pos * (pos + 1) / 2) / (pos * neg) : 0.5;
+}
+
+void ctr_evaluate(const ctr_layout_t *l, const float *p, const ctr_example_t *ex, size_t n,
+                  float *scratch, double *ne_p, double *auc_p)
+{
+    for (size_t i = 0; i < n; i++) {
+        scratch[2 * i] = ctr_predict(l, p, &ex[i]);
+        scratch[2 * i + 1] = ex[i].label;
+    }
+    ctr_score(scratch, n, ne_p, auc_p);
 }

@@ -35,7 +35,18 @@ void ctr_usage(FILE *f)
             "  --dump            also write the final model (raw float32) and a trace of\n"
             "                    the output biases over time beside the JSON\n"
             "  --no-finish       sync modes: evaluate each rank's model as the last round\n"
-            "                    left it (no shs_shadow_finish)\n");
+            "                    left it (no shs_shadow_finish)\n"
+            "  --model wide|dlrm the student (default wide). dlrm: the hybrid trainer, a\n"
+            "                    Criteo-shaped log (13 dense, 26 categorical features),\n"
+            "                    sharded embedding tables (row-wise Adagrad on the\n"
+            "                    holders) and a DLRM dense part synced by the mode:\n"
+            "  --rows R          dlrm: table rows over the 26 fields (default 200000)\n"
+            "  --dim K --bottom B --top T   dlrm: row dim, MLP hidden units (16, 32, 32)\n"
+            "  --batch N         dlrm: examples per lookup and update (default 32)\n"
+            "  --emb-lr X        dlrm: the tables' Adagrad rate (default 0.05)\n"
+            "  --tables sharded|replicated  dlrm: tables on the holders, or all of them\n"
+            "                    in every rank's model array, synced with it (default\n"
+            "                    sharded; --mode single: in the process)\n");
 }
 
 static void defaults(ctr_opts_t *o)
@@ -58,6 +69,13 @@ static void defaults(ctr_opts_t *o)
     o->checkpoints = 6;
     o->bmuf_eta = o->bmuf_zeta = o->easgd_alpha = -1.0f;
     o->bmuf_nesterov = -1;
+    o->model = "wide";
+    o->rows = 200000;
+    o->bottom = 32;
+    o->top = 32;
+    o->batch = 32;
+    o->emb_lr = 0.05f;
+    o->tables = "sharded";
 }
 
 /* --params P: the number of buckets that gives about P parameters */
@@ -88,7 +106,12 @@ void ctr_parse(int argc, char **argv, ctr_opts_t *o)
         {"bmuf-eta", 1, NULL, 'a'},     {"bmuf-zeta", 1, NULL, 'z'},
         {"bmuf-nesterov", 1, NULL, 'N'}, {"easgd-alpha", 1, NULL, 'A'},
         {"dump", 0, NULL, 'D'},         {"no-finish", 0, NULL, 'Q'},
+        {"model", 1, NULL, 'M'},        {"rows", 1, NULL, 'R'},
+        {"bottom", 1, NULL, 'b'},       {"top", 1, NULL, 't'},
+        {"batch", 1, NULL, 'j'},        {"emb-lr", 1, NULL, 'u'},
+        {"tables", 1, NULL, 'y'},
         {NULL, 0, NULL, 0}};
+    int dim_set = 0;
     int c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (c) {
@@ -100,7 +123,7 @@ void ctr_parse(int argc, char **argv, ctr_opts_t *o)
         case 's': o->seed = strtoull(optarg, NULL, 0); break;
         case 'c': o->ctr = atof(optarg); break;
         case 'B': o->shape.buckets = (uint32_t)strtoul(optarg, NULL, 0); break;
-        case 'K': o->shape.dim = atoi(optarg); break;
+        case 'K': o->shape.dim = atoi(optarg); dim_set = 1; break;
         case 'H': o->shape.hidden = atoi(optarg); break;
         case 'P': o->target_params = (size_t)strtod(optarg, NULL); break;
         case 'l': o->lr = (float)atof(optarg); break;
@@ -120,6 +143,13 @@ void ctr_parse(int argc, char **argv, ctr_opts_t *o)
         case 'A': o->easgd_alpha = (float)atof(optarg); break;
         case 'D': o->dump = 1; break;
         case 'Q': o->no_finish = 1; break;
+        case 'M': o->model = optarg; break;
+        case 'R': o->rows = strtoull(optarg, NULL, 0); break;
+        case 'b': o->bottom = atoi(optarg); break;
+        case 't': o->top = atoi(optarg); break;
+        case 'j': o->batch = atoi(optarg); break;
+        case 'u': o->emb_lr = (float)atof(optarg); break;
+        case 'y': o->tables = optarg; break;
         case 'h': ctr_usage(stdout); exit(0);
         default: ctr_usage(stderr); exit(2);
         }
@@ -131,6 +161,15 @@ void ctr_parse(int argc, char **argv, ctr_opts_t *o)
         ctr_usage(stderr);
         exit(2);
     }
+    bool dlrm = strcmp(o->model, "dlrm") == 0;
+    if ((!dlrm && strcmp(o->model, "wide") != 0) || o->batch < 1 || o->batch > 4096 ||
+        (strcmp(o->tables, "sharded") != 0 && strcmp(o->tables, "replicated") != 0) ||
+        !(o->emb_lr > 0)) {
+        ctr_usage(stderr);
+        exit(2);
+    }
+    if (dlrm && !dim_set)
+        o->shape.dim = 16;
     if (o->target_params > 0)
         buckets_for(o);
     if (o->label == NULL)

@@ -36,7 +36,7 @@ void ctr_write_json(const ctr_run_t *r, const ctr_result_t *res)
             "\"worker_nice\": %d, \"failed_peers\": %d, \"fail_seen_s\": %.4f, "
             "\"eps_after\": %.2f, \"rounds_after\": %llu, \"syncs_per_min_after\": %.3f, "
             "\"curve\": [",
-            r->o.label, r->o.mode, r->o.ds, r->rank, r->size, r->o.workers, r->lay.count,
+            r->o.label, r->o.mode, r->o.ds, r->rank, r->size, r->o.workers, r->nparams,
             (unsigned long long)res->examples, res->train_s, res->eps, res->train_ne,
             res->eval_ne, res->auc, res->avg_ne, res->avg_auc, (unsigned long long)res->rounds,
             res->syncs_per_min,
@@ -50,13 +50,18 @@ void ctr_write_json(const ctr_run_t *r, const ctr_result_t *res)
                 (unsigned long long)r->ckpt_seen[i], res->curve_ne[i], res->curve_auc[i]);
     /* the final model's output biases: a rank whose predictions are all
      * shifted alike shows here first */
-    const float *fin = r->nckpt > 0 ? r->ckpt + (size_t)(r->nckpt - 1) * r->lay.count : NULL;
-    fprintf(f, "], \"bias\": %.6f, \"b2\": %.6f}\n", fin != NULL ? fin[r->lay.bias] : 0.0,
-            fin != NULL ? fin[r->lay.b2] : 0.0);
+    const float *fin = r->nckpt > 0 ? r->ckpt + (size_t)(r->nckpt - 1) * r->nparams : NULL;
+    /* the DLRM part has one output bias: the top MLP's */
+    size_t bias = r->hy != NULL ? r->dl.tb2 : r->lay.bias;
+    fprintf(f, "], \"bias\": %.6f, \"b2\": %.6f", fin != NULL ? fin[bias] : 0.0,
+            fin != NULL && r->hy == NULL ? fin[r->lay.b2] : 0.0);
+    if (r->hy != NULL)
+        ctr_hybrid_json(r, f, res->train_s);
+    fprintf(f, "}\n");
     fclose(f);
     if (r->o.dump && fin != NULL) {
         f = open_out(r, "model");
-        if (fwrite(fin, sizeof(float), r->lay.count, f) != r->lay.count)
+        if (fwrite(fin, sizeof(float), r->nparams, f) != r->nparams)
             ctr_die("cannot write the model: %s", strerror(errno));
         fclose(f);
     }
@@ -72,18 +77,36 @@ void ctr_write_trace(const ctr_run_t *r, const double (*trace)[4], int n)
     fclose(f);
 }
 
+/* The hybrid model: the final dense part only (the checkpoints of the
+ * dense part have no tables of their time to go with them). */
+static double evaluate_hybrid(ctr_run_t *r, const float *avg, ctr_result_t *res)
+{
+    double t = ctr_now();
+    int last = r->nckpt - 1;
+    ctr_hybrid_evaluate(r, r->ckpt + (size_t)last * r->nparams, &res->curve_ne[last],
+                        &res->curve_auc[last]);
+    t = ctr_now() - t;
+    res->eval_ne = res->avg_ne = res->curve_ne[last];
+    res->auc = res->avg_auc = res->curve_auc[last];
+    if (avg != NULL && r->rank == 0)
+        ctr_hybrid_evaluate(r, avg, &res->avg_ne, &res->avg_auc);
+    return t;
+}
+
 /* Rank 0 evaluates every checkpoint (the curve), the others their final
  * model only (the table's means): evaluation is slow under emulation. avg,
  * if not NULL, is the average of the ranks' final models, evaluated on rank
  * 0. Returns the seconds it took. */
 double ctr_evaluate_run(ctr_run_t *r, const float *avg, ctr_result_t *res)
 {
+    if (r->hy != NULL)
+        return evaluate_hybrid(r, avg, res);
     float *scratch = malloc(2 * r->o.eval_n * sizeof(float));
     if (scratch == NULL)
         ctr_die("out of memory");
     double t = ctr_now();
     for (int i = r->rank == 0 ? 0 : r->nckpt - 1; i < r->nckpt; i++)
-        ctr_evaluate(&r->lay, r->ckpt + (size_t)i * r->lay.count, r->eval, r->o.eval_n, scratch,
+        ctr_evaluate(&r->lay, r->ckpt + (size_t)i * r->nparams, r->eval, r->o.eval_n, scratch,
                      &res->curve_ne[i], &res->curve_auc[i]);
     t = ctr_now() - t;
     res->eval_ne = res->curve_ne[r->nckpt - 1];
@@ -106,4 +129,6 @@ void ctr_print_result(const ctr_run_t *r, const ctr_result_t *res, double eval_s
     if (averaged && r->rank == 0)
         printf("%-10s averaged final model: eval NE %.4f, AUC %.4f\n", r->o.label, res->avg_ne,
                res->avg_auc);
+    if (r->hy != NULL)
+        ctr_hybrid_print(r, res->train_s);
 }

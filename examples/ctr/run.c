@@ -58,19 +58,22 @@ static double draw_data(ctr_run_t *r)
 static void setup_model(ctr_run_t *r)
 {
     if (r->ctx == NULL) {
-        r->model = malloc(r->lay.count * sizeof(float));
+        r->model = malloc(r->nparams * sizeof(float));
         if (r->model == NULL)
             ctr_die("out of memory for the model");
     } else {
-        CTR_CHECK(shs_region_alloc(r->ctx, r->lay.count * sizeof(float),
+        CTR_CHECK(shs_region_alloc(r->ctx, r->nparams * sizeof(float),
                                    SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_READ, &r->region));
         r->model = shs_region_addr(r->region);
     }
-    ctr_model_init(&r->lay, r->model, r->o.seed, r->o.ctr);
+    if (r->hy != NULL)
+        ctr_hybrid_init_model(r);
+    else
+        ctr_model_init(&r->lay, r->model, r->o.seed, r->o.ctr);
     if (r->sync) {
         shs_shadow_params_t p;
         ctr_shadow_params(r, &p);
-        CTR_CHECK(shs_shadow_create(r->ctx, r->region, 0, r->lay.count, &p, &r->sh));
+        CTR_CHECK(shs_shadow_create(r->ctx, r->region, 0, r->nparams, &p, &r->sh));
     }
 }
 
@@ -78,6 +81,8 @@ static void teardown(ctr_run_t *r)
 {
     if (r->sh != NULL)
         shs_shadow_destroy(r->sh);
+    if (r->hy != NULL)
+        ctr_hybrid_teardown(r);
     if (r->ctx != NULL) {
         if (r->failed == 0 && shs_ctx_barrier(r->ctx) != SHS_OK)
             fprintf(stderr, "shs-ctr rank %d: final barrier failed\n", r->rank);
@@ -107,13 +112,19 @@ int ctr_main(int argc, char **argv, const ctr_hooks_t *hooks)
         r.size = shs_ctx_size(r.ctx);
     }
     g_rank = r.rank;
-    ctr_layout_init(&r.lay, &r.o.shape);
-    double tgen = draw_data(&r);
+    double tgen;
+    if (strcmp(r.o.model, "dlrm") == 0) {
+        ctr_hybrid_setup(&r, &tgen);
+    } else {
+        ctr_layout_init(&r.lay, &r.o.shape);
+        r.nparams = r.lay.count;
+        tgen = draw_data(&r);
+    }
     setup_model(&r);
     if (r.rank == 0)
         printf("%-10s %d rank(s) x %d workers, %zu params (%.1f MB), %llu training examples, "
                "%llu held out%s (data drawn in %.1f s)\n",
-               r.o.label, r.size, r.o.workers, r.lay.count, (double)r.lay.count * 4 / 1e6,
+               r.o.label, r.size, r.o.workers, r.nparams, (double)r.nparams * 4 / 1e6,
                (unsigned long long)r.o.examples, (unsigned long long)r.o.eval_n,
                r.o.ds ? ", DS-Sync" : "", tgen);
     fflush(stdout);

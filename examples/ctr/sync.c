@@ -181,11 +181,11 @@ void ctr_final_average(ctr_run_t *r, float *avg)
     cp.field_mask = SHS_COLL_PARAM_STAGE_BYTES;
     cp.stage_bytes = 0; /* the model is a region: zero-copy */
     CTR_CHECK(shs_coll_create(r->ctx, &cp, &coll));
-    memcpy(avg, r->model, r->lay.count * sizeof(float));
-    CTR_CHECK(shs_allreduce_region(coll, NULL, r->region, 0, r->lay.count, SHS_DTYPE_FLOAT32,
+    memcpy(avg, r->model, r->nparams * sizeof(float));
+    CTR_CHECK(shs_allreduce_region(coll, NULL, r->region, 0, r->nparams, SHS_DTYPE_FLOAT32,
                                    SHS_REDUCE_AVG));
     /* keep the rank's own model in the region (it is what the rank holds) */
-    for (size_t i = 0; i < r->lay.count; i++) {
+    for (size_t i = 0; i < r->nparams; i++) {
         float mean = r->model[i];
         r->model[i] = avg[i];
         avg[i] = mean;
@@ -204,7 +204,7 @@ void ctr_sync_only(ctr_run_t *r)
     CTR_CHECK(shs_shadow_stats(r->sh, &s));
     printf("sync-only rank %d: %zu params (%.1f MB), %s%s, %llu rounds, %.1f syncs/min, "
            "%.1f ms/round (%.1f ms waiting), %.1f MB read, staleness max %.0f ms, %llu errors\n",
-           r->rank, r->lay.count, (double)r->lay.count * 4 / 1e6, r->o.mode,
+           r->rank, r->nparams, (double)r->nparams * 4 / 1e6, r->o.mode,
            r->o.ds ? " (ds)" : "", (unsigned long long)s.rounds, s.syncs_per_min,
            s.round_us_mean / 1e3, s.wait_us_mean / 1e3, (double)s.bytes_read / 1e6,
            s.staleness_ms_max, (unsigned long long)s.errors);

@@ -16,26 +16,24 @@
 #define MONITOR_SLEEP_US 5000
 #define TRACE_MAX 4096 /* --dump samples: 20 s at one per monitor tick */
 
-typedef struct worker {
-    ctr_run_t *run;
-    int id;
-    pthread_t th;
-    _Atomic uint64_t done;
-    double loss;
-    double pos;
-    uint64_t count;
-} worker_t;
-
-static void *worker_main(void *arg)
+void ctr_worker_tick(ctr_worker_t *w, uint64_t *syncs)
 {
-    worker_t *w = arg;
     ctr_run_t *r = w->run;
-    /* Linux: nice applies to the calling thread */
-    if (r->o.worker_nice != 0 && setpriority(PRIO_PROCESS, 0, r->o.worker_nice) != 0)
-        fprintf(stderr, "shs-ctr rank %d: worker nice %d refused: %s\n", r->rank,
-                r->o.worker_nice, strerror(errno));
+    w->count++;
+    if (w->count % PROGRESS_EVERY == 0)
+        atomic_store_explicit(&w->done, w->count, memory_order_relaxed);
+    if (r->foreground && *syncs < r->nsync && w->count % r->o.fr_every == 0) {
+        ctr_fg_sync(r);
+        (*syncs)++;
+    }
+}
+
+/* the wide model: one example at a time, the whole model in the region */
+static void wide_work(ctr_worker_t *w)
+{
+    ctr_run_t *r = w->run;
     const int W = r->o.workers;
-    uint64_t cnt = 0, syncs = 0;
+    uint64_t syncs = 0;
     /* the rate decays linearly to lr_end * lr over the pass: the final
      * model is then an average of its last steps rather than one noisy
      * iterate, which makes modes comparable run to run */
@@ -47,20 +45,27 @@ static void *worker_main(void *arg)
         float q = ctr_sgd_step(&r->lay, r->model, ex, lr);
         w->loss += ctr_logloss(q, ex->label);
         w->pos += ex->label;
-        cnt++;
-        if (cnt % PROGRESS_EVERY == 0)
-            atomic_store_explicit(&w->done, cnt, memory_order_relaxed);
-        if (r->foreground && syncs < r->nsync && cnt % r->o.fr_every == 0) {
-            ctr_fg_sync(r);
-            syncs++;
-        }
+        ctr_worker_tick(w, &syncs);
     }
-    w->count = cnt;
-    atomic_store_explicit(&w->done, cnt, memory_order_relaxed);
+}
+
+static void *worker_main(void *arg)
+{
+    ctr_worker_t *w = arg;
+    ctr_run_t *r = w->run;
+    /* Linux: nice applies to the calling thread */
+    if (r->o.worker_nice != 0 && setpriority(PRIO_PROCESS, 0, r->o.worker_nice) != 0)
+        fprintf(stderr, "shs-ctr rank %d: worker nice %d refused: %s\n", r->rank,
+                r->o.worker_nice, strerror(errno));
+    if (r->hy != NULL)
+        ctr_hybrid_work(w);
+    else
+        wide_work(w);
+    atomic_store_explicit(&w->done, w->count, memory_order_relaxed);
     return NULL;
 }
 
-static uint64_t workers_done(worker_t *ws, int n)
+static uint64_t workers_done(ctr_worker_t *ws, int n)
 {
     uint64_t done = 0;
     for (int i = 0; i < n; i++)
@@ -70,14 +75,14 @@ static uint64_t workers_done(worker_t *ws, int n)
 
 static void checkpoint(ctr_run_t *r, uint64_t seen)
 {
-    memcpy(r->ckpt + (size_t)r->nckpt * r->lay.count, r->model, r->lay.count * sizeof(float));
+    memcpy(r->ckpt + (size_t)r->nckpt * r->nparams, r->model, r->nparams * sizeof(float));
     r->ckpt_seen[r->nckpt++] = seen * (uint64_t)r->size;
 }
 
 /* Until the workers are done: checkpoints at equal fractions of the local
  * pass, the first sight of a failed peer, the --dump trace (the output
  * biases over time: t, bias, b2, rounds). */
-static void monitor(ctr_run_t *r, worker_t *ws, double t0, ctr_fail_mark_t *mark)
+static void monitor(ctr_run_t *r, ctr_worker_t *ws, double t0, ctr_fail_mark_t *mark)
 {
     static double trace[TRACE_MAX][4];
     int ntrace = 0;
@@ -104,7 +109,7 @@ static void monitor(ctr_run_t *r, worker_t *ws, double t0, ctr_fail_mark_t *mark
         }
         if (done >= r->ntrain)
             break;
-        if (r->o.dump && ntrace < TRACE_MAX) {
+        if (r->o.dump && r->hy == NULL && ntrace < TRACE_MAX) {
             double *t = trace[ntrace++];
             t[0] = ctr_now() - t0;
             t[1] = r->model[r->lay.bias];
@@ -119,7 +124,7 @@ static void monitor(ctr_run_t *r, worker_t *ws, double t0, ctr_fail_mark_t *mark
 /* The pass: workers started, monitored and joined; their totals in res. */
 static void run_pass(ctr_run_t *r, ctr_result_t *res, ctr_fail_mark_t *mark, double t0)
 {
-    worker_t *ws = calloc((size_t)r->o.workers, sizeof(worker_t));
+    ctr_worker_t *ws = calloc((size_t)r->o.workers, sizeof(ctr_worker_t));
     if (ws == NULL)
         ctr_die("out of memory");
     for (int i = 0; i < r->o.workers; i++) {
@@ -147,7 +152,7 @@ void ctr_train(ctr_run_t *r)
     ctr_result_t res;
     ctr_fail_mark_t mark = {0, 0};
     memset(&res, 0, sizeof(res));
-    r->ckpt = malloc((size_t)(r->o.checkpoints + 1) * r->lay.count * sizeof(float));
+    r->ckpt = malloc((size_t)(r->o.checkpoints + 1) * r->nparams * sizeof(float));
     if (r->ckpt == NULL)
         ctr_die("out of memory");
     if (r->ctx != NULL)
@@ -155,10 +160,14 @@ void ctr_train(ctr_run_t *r)
     double t0 = ctr_now();
     ctr_sync_start(r);
     run_pass(r, &res, &mark, t0);
+    if (r->hy != NULL)
+        ctr_hybrid_end_pass(r);
     ctr_sync_stop(r, &res, &mark, t0);
     /* after a peer failure the job-wide steps (barriers, the final
      * allreduce) are skipped: the survivors evaluate their own models */
     bool teardown = ctr_sync_teardown(r, &res);
+    if (r->hy != NULL)
+        ctr_hybrid_figures(r);
     checkpoint(r, res.examples);
     /* the ranks' own models are evaluated as they are; for the sync modes,
      * also the average of the ranks' final models (one ring allreduce, the
@@ -166,7 +175,7 @@ void ctr_train(ctr_run_t *r)
      * how far the ranks drifted since their last round */
     float *avg = NULL;
     if (r->sync && teardown) {
-        avg = malloc(r->lay.count * sizeof(float));
+        avg = malloc(r->nparams * sizeof(float));
         if (avg == NULL)
             ctr_die("out of memory");
         ctr_final_average(r, avg);

@@ -22,6 +22,7 @@
 #include <shadowsync/shadow.h>
 
 #include "ctr.h"
+#include "dlrm.h"
 
 #define CTR_MAX_WORKERS 64
 #define CTR_MAX_CKPT 64
@@ -49,7 +50,16 @@ typedef struct ctr_opts {
     int bmuf_nesterov;                      /* < 0: the engine's default */
     int dump;                               /* write the final model next to the JSON */
     int no_finish;                          /* skip shs_shadow_finish at the end */
+    /* --model dlrm: the hybrid trainer (hybrid.c) */
+    const char *model;                      /* "wide" (default) or "dlrm" */
+    const char *tables;                     /* dlrm: "sharded" (default) or "replicated" */
+    uint64_t rows;                          /* embedding table rows over all fields */
+    int bottom, top;                        /* hidden units of the two MLPs */
+    int batch;                              /* examples per lookup and update */
+    float emb_lr;                           /* the tables' row-wise Adagrad rate */
 } ctr_opts_t;
+
+typedef struct ctr_hybrid ctr_hybrid_t;
 
 typedef struct ctr_run ctr_run_t;
 
@@ -69,7 +79,10 @@ struct ctr_run {
     bool sync, foreground;
     shs_shadow_algorithm_t algo;
     ctr_layout_t lay;
-    shs_ctx_t *ctx; /* NULL in --mode single */
+    ctr_hybrid_t *hy; /* --model dlrm: the tables, the data, the figures */
+    dlrm_layout_t dl; /* --model dlrm: the dense part in model */
+    size_t nparams;   /* floats in model: the synced dense part */
+    shs_ctx_t *ctx;   /* NULL in --mode single */
     float *model;
     shs_region_t *region;
     ctr_example_t *train, *eval;
@@ -85,6 +98,17 @@ struct ctr_run {
     int nckpt;
     int failed; /* peers failed during the run: skip the job-wide teardown steps */
 };
+
+/* One Hogwild worker thread of the pass (train.c). */
+typedef struct ctr_worker {
+    ctr_run_t *run;
+    int id;
+    pthread_t th;
+    _Atomic uint64_t done;
+    double loss;
+    double pos;
+    uint64_t count;
+} ctr_worker_t;
 
 /* What one rank reports (stdout, DIR/<label>.rank<r>.json). */
 typedef struct ctr_result {
@@ -124,6 +148,22 @@ void ctr_mode_of(ctr_run_t *r);
 
 /* train.c */
 void ctr_train(ctr_run_t *r);
+/* a worker's bookkeeping after each example: progress, FR syncs */
+void ctr_worker_tick(ctr_worker_t *w, uint64_t *syncs);
+
+/* hybrid.c: --model dlrm. setup after the context and before the model
+ * region (sets nparams, draws the data); work is a worker's pass; evaluate
+ * scores the dense part p (the rank's own, or the average) with the tables
+ * as they are; report adds the tables' figures to the output */
+void ctr_hybrid_setup(ctr_run_t *r, double *draw_s);
+void ctr_hybrid_init_model(ctr_run_t *r);
+void ctr_hybrid_work(ctr_worker_t *w);
+void ctr_hybrid_end_pass(ctr_run_t *r);
+void ctr_hybrid_figures(ctr_run_t *r);
+void ctr_hybrid_evaluate(ctr_run_t *r, const float *p, double *ne_p, double *auc_p);
+void ctr_hybrid_print(const ctr_run_t *r, double train_s);
+void ctr_hybrid_json(const ctr_run_t *r, FILE *f, double train_s);
+void ctr_hybrid_teardown(ctr_run_t *r);
 
 /* sync.c */
 void ctr_shadow_params(const ctr_run_t *r, shs_shadow_params_t *p);

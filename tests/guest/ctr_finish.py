@@ -17,6 +17,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from guestpy import launcher_and_program  # noqa: E402
 from shs_report import load_ranks, spread  # noqa: E402
 
 N = 4
@@ -41,13 +43,7 @@ def run(launch, ctr, out, label, extra):
 
 
 def main():
-    if len(sys.argv) != 3:
-        print(__doc__)
-        return 2
-    launch, ctr = sys.argv[1], sys.argv[2]
-    if not os.path.isdir("/sys/class/infiniband") or not os.listdir("/sys/class/infiniband"):
-        print("no RDMA device: skipped")
-        return 77
+    launch, ctr = launcher_and_program(__doc__)
     with tempfile.TemporaryDirectory() as out:
         rc, before = run(launch, ctr, out, "nofinish", ["--no-finish"])
         if rc != 0:

@@ -1,0 +1,388 @@
+/*
+ * --model dlrm: the hybrid trainer, ShadowSync's architecture. The 26
+ * embedding tables (one sharded table, a range of rows per field) are model
+ * parallel: every rank holds a shard, workers read rows with
+ * shs_emb_lookup and send row gradients with shs_emb_update, and the
+ * holders' apply threads run row-wise Adagrad. The DLRM dense part is the
+ * registered region that the sync modes keep in step (S-* in the
+ * background, FR-* in the foreground), as the wide model's whole array is.
+ *
+ * A worker looks the next batch's rows up while it computes the current
+ * batch (shs_emb_lookup_start / _wait), then sends that batch's row
+ * gradients. With --tables replicated (and in --mode single) the tables are
+ * plain memory after the dense part in the model array instead: every rank
+ * holds all of them, its workers apply row-wise Adagrad themselves, and the
+ * sync modes sync them with the dense part (the everything-replicated
+ * trainer, for comparison where the tables fit).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <shadowsync/embedding.h>
+
+#include "trainer.h"
+
+#define INIT_SCALE 0.05f /* rows start uniform in [-0.05, 0.05) */
+#define ADAGRAD_EPS 1e-8f
+
+/* A worker's buffers, allocated at setup (nothing on the hot path). */
+typedef struct hy_buf {
+    uint64_t *ids[2];
+    float *rows[2];
+    float *grads;
+} hy_buf_t;
+
+struct ctr_hybrid {
+    dlrm_tables_t tb;
+    dlrm_example_t *train, *eval;
+    size_t ntrain, neval;
+    int batch;
+    shs_emb_t *emb;          /* sharded tables; NULL when local */
+    float *state;            /* local tables: Adagrad's sums per row */
+    hy_buf_t buf[CTR_MAX_WORKERS];
+    float *eval_rows;        /* batch x fields x dim, for the evaluation */
+    float *eval_pairs;       /* 2 x neval */
+    _Atomic uint64_t emb_errors;
+    shs_emb_stats_t st;      /* at the end of the pass */
+    double rss_mb;
+};
+
+static size_t row_floats(const ctr_run_t *r)
+{
+    return (size_t)DLRM_FIELDS * (size_t)r->dl.dim;
+}
+
+static void draw(ctr_run_t *r, ctr_hybrid_t *hy)
+{
+    dlrm_teacher_t t;
+    dlrm_teacher_init(&t, r->o.seed, r->o.ctr);
+    uint64_t lo = r->o.examples * (uint64_t)r->rank / (uint64_t)r->size;
+    uint64_t hi = r->o.examples * (uint64_t)(r->rank + 1) / (uint64_t)r->size;
+    hy->ntrain = (size_t)(hi - lo);
+    hy->neval = (size_t)r->o.eval_n;
+    hy->train = malloc((hy->ntrain + 1) * sizeof(dlrm_example_t));
+    hy->eval = malloc((hy->neval + 1) * sizeof(dlrm_example_t));
+    if (hy->train == NULL || hy->eval == NULL)
+        ctr_die("out of memory for %zu examples", hy->ntrain);
+    for (size_t i = 0; i < hy->ntrain; i++)
+        dlrm_example(&t, lo + i, &hy->train[i]);
+    for (size_t i = 0; i < hy->neval; i++)
+        dlrm_example(&t, r->o.examples + i, &hy->eval[i]);
+}
+
+static float *alloc_floats(size_t n)
+{
+    float *p = malloc((n > 0 ? n : 1) * sizeof(float));
+    if (p == NULL)
+        ctr_die("out of memory (%zu floats)", n);
+    return p;
+}
+
+/* Local tables: the rows from (seed, row) alone, as the library draws
+ * them, after the dense part in the model array. */
+static void local_tables_init(ctr_run_t *r, float *table)
+{
+    ctr_hybrid_t *hy = r->hy;
+    for (uint64_t row = 0; row < hy->tb.rows; row++) {
+        uint64_t s = ctr_h3(r->o.seed, row, 0x726f77696e6974ull);
+        for (int j = 0; j < r->dl.dim; j++) {
+            s = mix(s);
+            table[row * (size_t)r->dl.dim + (size_t)j] = (float)((2 * ctr_unif(s) - 1) * INIT_SCALE);
+        }
+        hy->state[row] = 0;
+    }
+}
+
+static bool local(const ctr_run_t *r)
+{
+    return r->hy->emb == NULL;
+}
+
+/* the rows of model array p (local tables) */
+static float *table_of(const ctr_run_t *r, float *p)
+{
+    return p + r->dl.count;
+}
+
+void ctr_hybrid_init_model(ctr_run_t *r)
+{
+    dlrm_dense_init(&r->dl, r->model, r->o.seed, r->o.ctr);
+    if (local(r))
+        local_tables_init(r, table_of(r, r->model));
+}
+
+static void sharded_tables(ctr_run_t *r, ctr_hybrid_t *hy)
+{
+    shs_emb_params_t p;
+    memset(&p, 0, sizeof(p));
+    p.field_mask = SHS_EMB_PARAM_OPTIMIZER | SHS_EMB_PARAM_LR | SHS_EMB_PARAM_INIT |
+                   SHS_EMB_PARAM_MAX_BATCH | SHS_EMB_PARAM_WORKERS;
+    p.rows = hy->tb.rows;
+    p.dim = (uint32_t)r->dl.dim;
+    p.optimizer = SHS_EMB_OPT_ADAGRAD;
+    p.lr = r->o.emb_lr;
+    p.init_scale = INIT_SCALE;
+    p.seed = r->o.seed;
+    p.max_batch = (uint32_t)(hy->batch * DLRM_FIELDS);
+    p.workers = r->o.workers;
+    CTR_CHECK(shs_emb_create(r->ctx, &p, &hy->emb));
+}
+
+void ctr_hybrid_setup(ctr_run_t *r, double *draw_s)
+{
+    ctr_hybrid_t *hy = calloc(1, sizeof(*hy));
+    if (hy == NULL)
+        ctr_die("out of memory");
+    r->hy = hy;
+    if (dlrm_layout_init(&r->dl, r->o.shape.dim, r->o.bottom, r->o.top) != 0)
+        ctr_die("--dim 1..%d, --bottom and --top 1..%d", DLRM_MAX_DIM, DLRM_MAX_HIDDEN);
+    if (dlrm_tables_init(&hy->tb, r->o.rows) != 0)
+        ctr_die("--rows %llu: at least %d", (unsigned long long)r->o.rows, DLRM_FIELDS);
+    bool sharded = r->ctx != NULL && strcmp(r->o.tables, "sharded") == 0;
+    r->nparams = r->dl.count + (sharded ? 0 : (size_t)hy->tb.rows * (size_t)r->dl.dim);
+    /* the dense part's checkpoints have no tables of their time: only the
+     * final model is evaluated */
+    r->o.checkpoints = 0;
+    hy->batch = r->o.batch;
+    double t = ctr_now();
+    draw(r, hy);
+    *draw_s = ctr_now() - t;
+    r->ntrain = hy->ntrain;
+    if (sharded)
+        sharded_tables(r, hy);
+    else
+        hy->state = alloc_floats((size_t)hy->tb.rows);
+    size_t rf = row_floats(r), nb = (size_t)hy->batch;
+    for (int w = 0; w < r->o.workers; w++) {
+        hy_buf_t *b = &hy->buf[w];
+        for (int k = 0; k < 2; k++) {
+            b->ids[k] = malloc(nb * DLRM_FIELDS * sizeof(uint64_t));
+            b->rows[k] = alloc_floats(nb * rf);
+            if (b->ids[k] == NULL)
+                ctr_die("out of memory");
+        }
+        b->grads = alloc_floats(nb * rf);
+    }
+    hy->eval_rows = alloc_floats(nb * rf);
+    hy->eval_pairs = alloc_floats(2 * hy->neval);
+}
+
+/* the table rows of examples [i, i + n * stride) of set ex, stride apart */
+static size_t fill_ids(const ctr_hybrid_t *hy, const dlrm_example_t *ex, size_t i, size_t end,
+                       size_t stride, uint64_t *ids)
+{
+    size_t n = 0;
+    for (; i < end && n < (size_t)hy->batch; i += stride, n++)
+        for (int f = 0; f < DLRM_FIELDS; f++)
+            ids[n * DLRM_FIELDS + (size_t)f] = dlrm_row(&hy->tb, f, ex[i].cat[f]);
+    return n;
+}
+
+static void local_lookup(const ctr_run_t *r, const float *table, const uint64_t *ids, size_t n,
+                         float *out)
+{
+    size_t d = (size_t)r->dl.dim;
+    for (size_t k = 0; k < n; k++)
+        memcpy(out + k * d, table + ids[k] * d, d * sizeof(float));
+}
+
+/* row-wise Adagrad, as the holders apply it (embedding.h), per id */
+static void local_update(const ctr_run_t *r, const uint64_t *ids, size_t n, const float *g)
+{
+    const int d = r->dl.dim;
+    const float lr = r->o.emb_lr;
+    for (size_t k = 0; k < n; k++) {
+        float *w = table_of(r, r->model) + ids[k] * (size_t)d;
+        const float *gk = g + k * (size_t)d;
+        float sq = 0;
+        for (int j = 0; j < d; j++)
+            sq += gk[j] * gk[j];
+        float *s = &r->hy->state[ids[k]];
+        *s += sq / (float)d;
+        float step = lr / (sqrtf(*s) + ADAGRAD_EPS);
+        for (int j = 0; j < d; j++)
+            w[j] -= step * gk[j];
+    }
+}
+
+static bool emb_ok(ctr_run_t *r, shs_status_t st, const char *what)
+{
+    if (st == SHS_OK)
+        return true;
+    if (atomic_fetch_add(&r->hy->emb_errors, 1) == 0)
+        fprintf(stderr, "shs-ctr rank %d: %s: %s (counted in emb_errors)\n", r->rank, what,
+                shs_status_string(st));
+    return false;
+}
+
+/* A worker's pass: its examples are i = id, id + W, ...; batches of them
+ * looked up one ahead of the compute. */
+void ctr_hybrid_work(ctr_worker_t *w)
+{
+    ctr_run_t *r = w->run;
+    ctr_hybrid_t *hy = r->hy;
+    hy_buf_t *b = &hy->buf[w->id];
+    shs_emb_worker_t *ew = hy->emb != NULL ? shs_emb_worker(hy->emb, w->id) : NULL;
+    const size_t W = (size_t)r->o.workers, rf = row_floats(r), nf = DLRM_FIELDS;
+    const size_t step = W * (size_t)hy->batch, rows_len = (size_t)hy->batch * rf;
+    const float lr0 = r->o.lr, lr1 = r->o.lr * r->o.lr_end;
+    const double inv_n = 1.0 / (double)(hy->ntrain > 0 ? hy->ntrain : 1);
+    uint64_t syncs = 0;
+    size_t start = (size_t)w->id;
+    size_t n = fill_ids(hy, hy->train, start, hy->ntrain, W, b->ids[0]);
+    bool have = ew == NULL || emb_ok(r, shs_emb_lookup_start(ew, b->ids[0], n * nf), "lookup");
+    for (int cur = 0; n > 0; cur ^= 1) {
+        if (ew == NULL)
+            local_lookup(r, table_of(r, r->model), b->ids[cur], n * nf, b->rows[cur]);
+        else if (have)
+            have = emb_ok(r, shs_emb_lookup_wait(ew, b->rows[cur], rows_len), "lookup");
+        /* the next batch's rows travel while this one is computed */
+        size_t next = start + step;
+        size_t nn = fill_ids(hy, hy->train, next, hy->ntrain, W, b->ids[cur ^ 1]);
+        bool next_have = ew == NULL || nn == 0 ||
+                         emb_ok(r, shs_emb_lookup_start(ew, b->ids[cur ^ 1], nn * nf), "lookup");
+        size_t i = start;
+        for (size_t k = 0; k < n; k++, i += W) {
+            const dlrm_example_t *ex = &hy->train[i];
+            float lr = lr0 + (lr1 - lr0) * (float)((double)i * inv_n);
+            /* a batch whose rows did not come is skipped, but still
+             * counted: FR syncs meet at equal counts on every worker */
+            if (have) {
+                float q = dlrm_step(&r->dl, r->model, ex, b->rows[cur] + k * rf, lr,
+                                    b->grads + k * rf);
+                w->loss += ctr_logloss(q, ex->label);
+                w->pos += ex->label;
+            }
+            ctr_worker_tick(w, &syncs);
+        }
+        if (ew == NULL)
+            local_update(r, b->ids[cur], n * nf, b->grads);
+        else if (have)
+            (void)emb_ok(r, shs_emb_update(ew, b->ids[cur], n * nf, b->grads), "update");
+        start = next;
+        n = nn;
+        have = next_have;
+    }
+}
+
+/* After the workers joined: every update this rank sent is applied before
+ * the evaluation. */
+void ctr_hybrid_end_pass(ctr_run_t *r)
+{
+    ctr_hybrid_t *hy = r->hy;
+    if (hy->emb != NULL)
+        for (int w = 0; w < r->o.workers; w++)
+            (void)emb_ok(r, shs_emb_flush(shs_emb_worker(hy->emb, w), SHS_TIMEOUT_DEFAULT),
+                         "flush");
+    /* resident memory of this process now: the shard, the data, the buffers */
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+        if (strncmp(line, "VmRSS:", 6) == 0)
+            hy->rss_mb = atof(line + 6) / 1024.0;
+    if (f != NULL)
+        fclose(f);
+}
+
+/* The tables' figures, once every rank has flushed (after the job-wide
+ * barrier at the end of the pass: a holder's applied count then includes
+ * every rank's updates; without it, as after a failure, it is this
+ * moment's). */
+void ctr_hybrid_figures(ctr_run_t *r)
+{
+    if (r->hy->emb != NULL)
+        CTR_CHECK(shs_emb_stats(r->hy->emb, &r->hy->st));
+}
+
+/* NE and AUC of dense part p with the tables as they are, on the held-out
+ * set, batch by batch through worker 0 (the workers have returned). */
+void ctr_hybrid_evaluate(ctr_run_t *r, const float *p, double *ne_p, double *auc_p)
+{
+    const float *table = p + r->dl.count; /* local tables: p's own */
+    ctr_hybrid_t *hy = r->hy;
+    shs_emb_worker_t *ew = hy->emb != NULL ? shs_emb_worker(hy->emb, 0) : NULL;
+    uint64_t *ids = hy->buf[0].ids[0];
+    const size_t rf = row_floats(r);
+    for (size_t i = 0; i < hy->neval;) {
+        size_t n = fill_ids(hy, hy->eval, i, hy->neval, 1, ids);
+        if (ew == NULL)
+            local_lookup(r, table, ids, n * DLRM_FIELDS, hy->eval_rows);
+        else
+            CTR_CHECK(shs_emb_lookup(ew, ids, n * DLRM_FIELDS, hy->eval_rows,
+                                     (size_t)hy->batch * rf));
+        for (size_t k = 0; k < n; k++, i++) {
+            hy->eval_pairs[2 * i] = dlrm_predict(&r->dl, p, &hy->eval[i], hy->eval_rows + k * rf);
+            hy->eval_pairs[2 * i + 1] = hy->eval[i].label;
+        }
+    }
+    ctr_score(hy->eval_pairs, hy->neval, ne_p, auc_p);
+}
+
+static double table_mb(const ctr_run_t *r)
+{
+    return (double)r->hy->tb.rows * (double)r->dl.dim * 4.0 / 1e6;
+}
+
+void ctr_hybrid_print(const ctr_run_t *r, double train_s)
+{
+    const ctr_hybrid_t *hy = r->hy;
+    const shs_emb_stats_t *s = &hy->st;
+    if (hy->emb == NULL) {
+        printf("%-10s rank %d: tables %llu rows x %d (%.1f MB) replicated in the model, "
+               "RSS %.1f MB\n", r->o.label, r->rank, (unsigned long long)hy->tb.rows,
+               r->dl.dim, table_mb(r), hy->rss_mb);
+        return;
+    }
+    uint64_t fetched = s->rows_local + s->rows_read + s->rows_owner;
+    printf("%-10s rank %d: tables %llu rows x %d (%.1f MB; shard here %.1f MB), RSS %.1f MB, "
+           "%.0f ids looked up/s (%.0f %% of rows remote), %.0f rows updated/s, "
+           "%llu rows sent, %llu applied here, %llu emb errors\n",
+           r->o.label, r->rank, (unsigned long long)hy->tb.rows, r->dl.dim, table_mb(r),
+           (double)s->shard_bytes / 1e6, hy->rss_mb,
+           (double)s->ids / train_s,
+           fetched > 0 ? 100.0 * (double)(s->rows_read + s->rows_owner) / (double)fetched : 0.0,
+           (double)s->update_rows / train_s, (unsigned long long)s->update_rows,
+           (unsigned long long)s->applied_rows, (unsigned long long)atomic_load(&hy->emb_errors));
+}
+
+void ctr_hybrid_json(const ctr_run_t *r, FILE *f, double train_s)
+{
+    const ctr_hybrid_t *hy = r->hy;
+    const shs_emb_stats_t *s = &hy->st;
+    fprintf(f,
+            ", \"model\": \"dlrm\", \"tables\": \"%s\", \"table_rows\": %llu, \"dim\": %d, \"table_mb\": %.3f, "
+            "\"shard_mb\": %.3f, \"registered_mb\": %.3f, \"rss_mb\": %.1f, "
+            "\"lookup_ids\": %llu, \"rows_local\": %llu, \"rows_remote\": %llu, "
+            "\"update_rows\": %llu, \"applied_rows\": %llu, \"lookup_ids_per_s\": %.1f, "
+            "\"update_rows_per_s\": %.1f, \"emb_errors\": %llu",
+            local(r) ? "replicated" : "sharded", (unsigned long long)hy->tb.rows, r->dl.dim,
+            table_mb(r), hy->emb != NULL ? (double)s->shard_bytes / 1e6 : table_mb(r),
+            (double)s->registered_bytes / 1e6, hy->rss_mb, (unsigned long long)s->ids,
+            (unsigned long long)s->rows_local,
+            (unsigned long long)(s->rows_read + s->rows_owner),
+            (unsigned long long)s->update_rows, (unsigned long long)s->applied_rows,
+            (double)s->ids / train_s, (double)s->update_rows / train_s,
+            (unsigned long long)atomic_load(&hy->emb_errors));
+}
+
+void ctr_hybrid_teardown(ctr_run_t *r)
+{
+    ctr_hybrid_t *hy = r->hy;
+    if (hy->emb != NULL)
+        shs_emb_destroy(hy->emb);
+    for (int w = 0; w < r->o.workers; w++) {
+        for (int k = 0; k < 2; k++) {
+            free(hy->buf[w].ids[k]);
+            free(hy->buf[w].rows[k]);
+        }
+        free(hy->buf[w].grads);
+    }
+    free(hy->eval_rows);
+    free(hy->eval_pairs);
+    free(hy->state);
+    free(hy->train);
+    free(hy->eval);
+    free(hy);
+    r->hy = NULL;
+}
