@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 
 from shs_report import (failure_report, finished, free_port, kill_time, load_ranks,
                         load_runs, spread)
-from shs_report import allreduce, ctr, emb, finish, summary, sweeps
+from shs_report import allreduce, ctr, emb, finish, seeds, summary, sweeps
 
 LOG = """\
 s-ma       4 rank(s) x 1 workers, 20018 params (0.1 MB), 120000 training examples, 2000 held out (data drawn in 0.1 s)
@@ -94,6 +94,40 @@ class TestLoad(RunDir):
         ranks = [rank_json("s-ma", 0, eval_ne=0.8), rank_json("s-ma", 1, eval_ne=0.9, b2=0.5)]
         self.assertEqual(finish.row(3, "finish", ranks),
                          "| 3 | finish | 0.8000 0.9000 | 0.1000 | 0.300 | 0.7900 |")
+
+
+class TestSeeds(unittest.TestCase):
+    def test_means_spreads_and_claims(self):
+        with tempfile.TemporaryDirectory() as top:
+            dirs = []
+            # three seeds: S-MA's NE is clearly better than no sync's, and
+            # FR-MA's within the spread of S-MA's
+            for k, (s_ne, fr_ne, none_ne) in enumerate(
+                    [(0.80, 0.801, 0.85), (0.81, 0.805, 0.86), (0.79, 0.80, 0.84)]):
+                d = os.path.join(top, f"seed{k}")
+                os.mkdir(d)
+                dirs.append(d)
+                for label, ne, eps in (("s-ma", s_ne, 90.0), ("fr-ma", fr_ne, 50.0),
+                                       ("none", none_ne, 100.0)):
+                    for rank in (0, 1):
+                        r = rank_json(label, rank, eps=eps / 2, avg_ne=ne, eval_ne=ne)
+                        with open(os.path.join(d, f"{label}.rank{rank}.json"), "w",
+                                  encoding="utf-8") as f:
+                            json.dump(r, f)
+                # an incomplete label does not count
+                with open(os.path.join(d, "fr-bmuf.rank0.json"), "w", encoding="utf-8") as f:
+                    json.dump(rank_json("fr-bmuf", 0), f)
+            stats = seeds.per_seed(dirs)
+            self.assertNotIn("fr-bmuf", stats)
+            self.assertEqual(stats["s-ma"]["eps_ratio"], [0.9, 0.9, 0.9])
+            self.assertAlmostEqual(seeds.sd(stats["s-ma"]["ne"]), 0.01)
+            text = seeds.table(stats, ["none", "s-ma", "fr-ma"])
+            self.assertIn("| s-ma | 3 | 0.900 ± 0.000 |", text)
+            c = seeds.claims(stats).splitlines()
+            self.assertIn("s-ma against fr-ma: NE -0.0020 (spread 0.0126): within the spread",
+                          c[0])
+            self.assertIn("EPS/none +0.400 (spread 0.000): differs", c[0])
+            self.assertIn("s-ma against none: NE -0.0500 (spread 0.0200): differs", c[1])
 
 
 class TestLines(unittest.TestCase):

@@ -2,6 +2,8 @@
 
     ctr DIR [--svg F] [--order L,L] [--markdown] [--page P --block B --command C]
                                                    table and picture of shs-ctr runs
+    ctr-seeds DIR... [--page P --block B --command C]
+                                                   modes over seeds: mean, spread, claims
     finish-page OUT --seeds S --examples T --command C --page P
                                                    docs/results/s-ma-finish.md
     fr-every DIR LABEL       FR interval matching the S run LABEL (ctr-run)
@@ -16,10 +18,12 @@
 """
 import sys
 
-from . import allreduce, ctr, emb, faults, finish, free_port, summary, sweeps, tradeoff
+from . import (allreduce, ctr, emb, faults, finish, free_port, seeds, summary, sweeps,
+               tradeoff)
 
 COMMANDS = {
     "ctr": ctr.main,
+    "ctr-seeds": seeds.main,
     "finish-page": finish.main,
     "fr-every": sweeps.main_fr_every,
     "tradeoff": tradeoff.main,
