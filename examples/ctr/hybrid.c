@@ -24,6 +24,7 @@
 #include "trainer.h"
 
 #define INIT_SCALE 0.05f /* rows start uniform in [-0.05, 0.05) */
+#define CURVE_EVAL 1000  /* held-out examples of a curve point (lookups are slow on rxe) */
 #define ADAGRAD_EPS 1e-8f
 
 /* A worker's buffers, allocated at setup (nothing on the hot path). */
@@ -41,9 +42,11 @@ struct ctr_hybrid {
     shs_emb_t *emb;          /* sharded tables; NULL when local */
     float *state;            /* local tables: Adagrad's sums per row */
     hy_buf_t buf[CTR_MAX_WORKERS];
+    uint64_t *eval_ids;      /* batch x fields, for the evaluation */
     float *eval_rows;        /* batch x fields x dim, for the evaluation */
     float *eval_pairs;       /* 2 x neval */
     _Atomic uint64_t emb_errors;
+    double curve_ne[CTR_MAX_CKPT + 1], curve_auc[CTR_MAX_CKPT + 1];
     shs_emb_stats_t st;      /* at the end of the pass */
     double rss_mb;
 };
@@ -125,7 +128,7 @@ static void sharded_tables(ctr_run_t *r, ctr_hybrid_t *hy)
     p.init_scale = INIT_SCALE;
     p.seed = r->o.seed;
     p.max_batch = (uint32_t)(hy->batch * DLRM_FIELDS);
-    p.workers = r->o.workers;
+    p.workers = r->o.workers + 1; /* the last one evaluates */
     CTR_CHECK(shs_emb_create(r->ctx, &p, &hy->emb));
 }
 
@@ -141,9 +144,6 @@ void ctr_hybrid_setup(ctr_run_t *r, double *draw_s)
         ctr_die("--rows %llu: at least %d", (unsigned long long)r->o.rows, DLRM_FIELDS);
     bool sharded = r->ctx != NULL && strcmp(r->o.tables, "sharded") == 0;
     r->nparams = r->dl.count + (sharded ? 0 : (size_t)hy->tb.rows * (size_t)r->dl.dim);
-    /* the dense part's checkpoints have no tables of their time: only the
-     * final model is evaluated */
-    r->o.checkpoints = 0;
     hy->batch = r->o.batch;
     double t = ctr_now();
     draw(r, hy);
@@ -164,6 +164,9 @@ void ctr_hybrid_setup(ctr_run_t *r, double *draw_s)
         }
         b->grads = alloc_floats(nb * rf);
     }
+    hy->eval_ids = malloc(nb * DLRM_FIELDS * sizeof(uint64_t));
+    if (hy->eval_ids == NULL)
+        ctr_die("out of memory");
     hy->eval_rows = alloc_floats(nb * rf);
     hy->eval_pairs = alloc_floats(2 * hy->neval);
 }
@@ -295,17 +298,19 @@ void ctr_hybrid_figures(ctr_run_t *r)
         CTR_CHECK(shs_emb_stats(r->hy->emb, &r->hy->st));
 }
 
-/* NE and AUC of dense part p with the tables as they are, on the held-out
- * set, batch by batch through worker 0 (the workers have returned). */
-void ctr_hybrid_evaluate(ctr_run_t *r, const float *p, double *ne_p, double *auc_p)
+/* NE and AUC of model p (the dense part, then local tables) with the
+ * tables as they are, on the first neval held-out examples, batch by
+ * batch through the table's last worker (the evaluator's). */
+static void evaluate_on(ctr_run_t *r, const float *p, size_t neval, double *ne_p,
+                        double *auc_p)
 {
     const float *table = p + r->dl.count; /* local tables: p's own */
     ctr_hybrid_t *hy = r->hy;
-    shs_emb_worker_t *ew = hy->emb != NULL ? shs_emb_worker(hy->emb, 0) : NULL;
-    uint64_t *ids = hy->buf[0].ids[0];
+    shs_emb_worker_t *ew = hy->emb != NULL ? shs_emb_worker(hy->emb, r->o.workers) : NULL;
+    uint64_t *ids = hy->eval_ids;
     const size_t rf = row_floats(r);
-    for (size_t i = 0; i < hy->neval;) {
-        size_t n = fill_ids(hy, hy->eval, i, hy->neval, 1, ids);
+    for (size_t i = 0; i < neval;) {
+        size_t n = fill_ids(hy, hy->eval, i, neval, 1, ids);
         if (ew == NULL)
             local_lookup(r, table, ids, n * DLRM_FIELDS, hy->eval_rows);
         else
@@ -316,7 +321,37 @@ void ctr_hybrid_evaluate(ctr_run_t *r, const float *p, double *ne_p, double *auc
             hy->eval_pairs[2 * i + 1] = hy->eval[i].label;
         }
     }
-    ctr_score(hy->eval_pairs, hy->neval, ne_p, auc_p);
+    ctr_score(hy->eval_pairs, neval, ne_p, auc_p);
+}
+
+void ctr_hybrid_evaluate(ctr_run_t *r, const float *p, double *ne_p, double *auc_p)
+{
+    evaluate_on(r, p, r->hy->neval, ne_p, auc_p);
+}
+
+/* Curve point i: rank 0 scores the live model now (workers still write it:
+ * Hogwild reads) on the first CURVE_EVAL held-out examples. */
+void ctr_hybrid_curve_point(ctr_run_t *r, int i)
+{
+    if (r->rank != 0)
+        return;
+    size_t n = r->hy->neval < CURVE_EVAL ? r->hy->neval : CURVE_EVAL;
+    evaluate_on(r, r->model, n, &r->hy->curve_ne[i], &r->hy->curve_auc[i]);
+}
+
+void ctr_hybrid_curve(const ctr_run_t *r, ctr_result_t *res)
+{
+    for (int i = 0; i < r->nckpt; i++) {
+        res->curve_ne[i] = r->hy->curve_ne[i];
+        res->curve_auc[i] = r->hy->curve_auc[i];
+    }
+}
+
+/* the training pass's lookups: 26 ids an example (the stats also count
+ * the evaluator's) */
+static double ids_per_s(const ctr_result_t *res)
+{
+    return (double)res->examples * DLRM_FIELDS / res->train_s;
 }
 
 static double table_mb(const ctr_run_t *r)
@@ -324,7 +359,7 @@ static double table_mb(const ctr_run_t *r)
     return (double)r->hy->tb.rows * (double)r->dl.dim * 4.0 / 1e6;
 }
 
-void ctr_hybrid_print(const ctr_run_t *r, double train_s)
+void ctr_hybrid_print(const ctr_run_t *r, const ctr_result_t *res)
 {
     const ctr_hybrid_t *hy = r->hy;
     const shs_emb_stats_t *s = &hy->st;
@@ -340,13 +375,13 @@ void ctr_hybrid_print(const ctr_run_t *r, double train_s)
            "%llu rows sent, %llu applied here, %llu emb errors\n",
            r->o.label, r->rank, (unsigned long long)hy->tb.rows, r->dl.dim, table_mb(r),
            (double)s->shard_bytes / 1e6, hy->rss_mb,
-           (double)s->ids / train_s,
+           ids_per_s(res),
            fetched > 0 ? 100.0 * (double)(s->rows_read + s->rows_owner) / (double)fetched : 0.0,
-           (double)s->update_rows / train_s, (unsigned long long)s->update_rows,
+           (double)s->update_rows / res->train_s, (unsigned long long)s->update_rows,
            (unsigned long long)s->applied_rows, (unsigned long long)atomic_load(&hy->emb_errors));
 }
 
-void ctr_hybrid_json(const ctr_run_t *r, FILE *f, double train_s)
+void ctr_hybrid_json(const ctr_run_t *r, FILE *f, const ctr_result_t *res)
 {
     const ctr_hybrid_t *hy = r->hy;
     const shs_emb_stats_t *s = &hy->st;
@@ -362,7 +397,7 @@ void ctr_hybrid_json(const ctr_run_t *r, FILE *f, double train_s)
             (unsigned long long)s->rows_local,
             (unsigned long long)(s->rows_read + s->rows_owner),
             (unsigned long long)s->update_rows, (unsigned long long)s->applied_rows,
-            (double)s->ids / train_s, (double)s->update_rows / train_s,
+            ids_per_s(res), (double)s->update_rows / res->train_s,
             (unsigned long long)atomic_load(&hy->emb_errors));
 }
 
@@ -378,6 +413,7 @@ void ctr_hybrid_teardown(ctr_run_t *r)
         }
         free(hy->buf[w].grads);
     }
+    free(hy->eval_ids);
     free(hy->eval_rows);
     free(hy->eval_pairs);
     free(hy->state);

@@ -46,17 +46,18 @@ void ctr_write_json(const ctr_run_t *r, const ctr_result_t *res)
             r->o.interval_us, r->o.path, r->o.worker_nice, res->failed, res->fail_seen_s,
             res->eps_after, (unsigned long long)res->rounds_after, res->syncs_per_min_after);
     for (int i = r->rank == 0 ? 0 : r->nckpt - 1; i < r->nckpt; i++)
-        fprintf(f, "%s[%llu, %.6f, %.6f]", i && r->rank == 0 ? ", " : "",
-                (unsigned long long)r->ckpt_seen[i], res->curve_ne[i], res->curve_auc[i]);
+        fprintf(f, "%s[%llu, %.6f, %.6f, %.3f]", i && r->rank == 0 ? ", " : "",
+                (unsigned long long)r->ckpt_seen[i], res->curve_ne[i], res->curve_auc[i],
+                r->ckpt_t[i]);
     /* the final model's output biases: a rank whose predictions are all
      * shifted alike shows here first */
-    const float *fin = r->nckpt > 0 ? r->ckpt + (size_t)(r->nckpt - 1) * r->nparams : NULL;
+    const float *fin = ctr_final_model(r);
     /* the DLRM part has one output bias: the top MLP's */
     size_t bias = r->hy != NULL ? r->dl.tb2 : r->lay.bias;
     fprintf(f, "], \"bias\": %.6f, \"b2\": %.6f", fin != NULL ? fin[bias] : 0.0,
             fin != NULL && r->hy == NULL ? fin[r->lay.b2] : 0.0);
     if (r->hy != NULL)
-        ctr_hybrid_json(r, f, res->train_s);
+        ctr_hybrid_json(r, f, res);
     fprintf(f, "}\n");
     fclose(f);
     if (r->o.dump && fin != NULL) {
@@ -77,17 +78,20 @@ void ctr_write_trace(const ctr_run_t *r, const double (*trace)[4], int n)
     fclose(f);
 }
 
-/* The hybrid model: the final dense part only (the checkpoints of the
- * dense part have no tables of their time to go with them). */
+/* The hybrid model: the curve was taken during the pass (on part of the
+ * held-out set); the table's figures are of the final model on all of it. */
 static double evaluate_hybrid(ctr_run_t *r, const float *avg, ctr_result_t *res)
 {
     double t = ctr_now();
-    int last = r->nckpt - 1;
-    ctr_hybrid_evaluate(r, r->ckpt + (size_t)last * r->nparams, &res->curve_ne[last],
-                        &res->curve_auc[last]);
+    ctr_hybrid_curve(r, res);
+    ctr_hybrid_evaluate(r, ctr_final_model(r), &res->eval_ne, &res->auc);
+    if (r->rank != 0) { /* only rank 0 takes the curve; the others' last point */
+        res->curve_ne[r->nckpt - 1] = res->eval_ne;
+        res->curve_auc[r->nckpt - 1] = res->auc;
+    }
     t = ctr_now() - t;
-    res->eval_ne = res->avg_ne = res->curve_ne[last];
-    res->auc = res->avg_auc = res->curve_auc[last];
+    res->avg_ne = res->eval_ne;
+    res->avg_auc = res->auc;
     if (avg != NULL && r->rank == 0)
         ctr_hybrid_evaluate(r, avg, &res->avg_ne, &res->avg_auc);
     return t;
@@ -130,5 +134,5 @@ void ctr_print_result(const ctr_run_t *r, const ctr_result_t *res, double eval_s
         printf("%-10s averaged final model: eval NE %.4f, AUC %.4f\n", r->o.label, res->avg_ne,
                res->avg_auc);
     if (r->hy != NULL)
-        ctr_hybrid_print(r, res->train_s);
+        ctr_hybrid_print(r, res);
 }

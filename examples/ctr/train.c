@@ -73,10 +73,24 @@ static uint64_t workers_done(ctr_worker_t *ws, int n)
     return done;
 }
 
+/* A point of the curve: the wide model is copied and evaluated after the
+ * pass; the hybrid one is evaluated now, with the tables as they are (its
+ * copy, kept for the end, is the dense part only). */
 static void checkpoint(ctr_run_t *r, uint64_t seen)
 {
-    memcpy(r->ckpt + (size_t)r->nckpt * r->nparams, r->model, r->nparams * sizeof(float));
+    r->ckpt_t[r->nckpt] = ctr_now() - r->t0;
+    size_t slot = r->hy != NULL ? 0 : (size_t)r->nckpt;
+    memcpy(r->ckpt + slot * r->nparams, r->model, r->nparams * sizeof(float));
+    if (r->hy != NULL)
+        ctr_hybrid_curve_point(r, r->nckpt);
     r->ckpt_seen[r->nckpt++] = seen * (uint64_t)r->size;
+}
+
+const float *ctr_final_model(const ctr_run_t *r)
+{
+    if (r->nckpt == 0)
+        return NULL;
+    return r->ckpt + (r->hy != NULL ? 0 : (size_t)(r->nckpt - 1) * r->nparams);
 }
 
 /* Until the workers are done: checkpoints at equal fractions of the local
@@ -152,12 +166,14 @@ void ctr_train(ctr_run_t *r)
     ctr_result_t res;
     ctr_fail_mark_t mark = {0, 0};
     memset(&res, 0, sizeof(res));
-    r->ckpt = malloc((size_t)(r->o.checkpoints + 1) * r->nparams * sizeof(float));
+    size_t copies = r->hy != NULL ? 1 : (size_t)(r->o.checkpoints + 1);
+    r->ckpt = malloc(copies * r->nparams * sizeof(float));
     if (r->ckpt == NULL)
         ctr_die("out of memory");
     if (r->ctx != NULL)
         CTR_CHECK(shs_ctx_barrier(r->ctx));
     double t0 = ctr_now();
+    r->t0 = t0;
     ctr_sync_start(r);
     run_pass(r, &res, &mark, t0);
     if (r->hy != NULL)

@@ -95,7 +95,9 @@ struct ctr_run {
     /* checkpoints: copies of the model and the examples seen (all ranks) */
     float *ckpt;
     uint64_t ckpt_seen[CTR_MAX_CKPT + 1];
+    double ckpt_t[CTR_MAX_CKPT + 1]; /* seconds since the pass started */
     int nckpt;
+    double t0; /* the pass started (ctr_now) */
     int failed; /* peers failed during the run: skip the job-wide teardown steps */
 };
 
@@ -148,6 +150,8 @@ void ctr_mode_of(ctr_run_t *r);
 
 /* train.c */
 void ctr_train(ctr_run_t *r);
+/* the final model's copy (the last checkpoint) */
+const float *ctr_final_model(const ctr_run_t *r);
 /* a worker's bookkeeping after each example: progress, FR syncs */
 void ctr_worker_tick(ctr_worker_t *w, uint64_t *syncs);
 
@@ -159,10 +163,12 @@ void ctr_hybrid_setup(ctr_run_t *r, double *draw_s);
 void ctr_hybrid_init_model(ctr_run_t *r);
 void ctr_hybrid_work(ctr_worker_t *w);
 void ctr_hybrid_end_pass(ctr_run_t *r);
+void ctr_hybrid_curve_point(ctr_run_t *r, int i);
+void ctr_hybrid_curve(const ctr_run_t *r, ctr_result_t *res);
 void ctr_hybrid_figures(ctr_run_t *r);
 void ctr_hybrid_evaluate(ctr_run_t *r, const float *p, double *ne_p, double *auc_p);
-void ctr_hybrid_print(const ctr_run_t *r, double train_s);
-void ctr_hybrid_json(const ctr_run_t *r, FILE *f, double train_s);
+void ctr_hybrid_print(const ctr_run_t *r, const ctr_result_t *res);
+void ctr_hybrid_json(const ctr_run_t *r, FILE *f, const ctr_result_t *res);
 void ctr_hybrid_teardown(ctr_run_t *r);
 
 /* sync.c */

@@ -81,6 +81,18 @@ class TestLoad(RunDir):
         self.assertIn("1.0000", line)  # NE / single
         self.assertTrue(ctr.table(rows, markdown=True).startswith("| mode |"))
 
+    def test_curve_against_seconds(self):
+        self.write(rank_json("s-ma", 0, size=1, curve=[[100, 0.9, 0.6, 1.5], [200, 0.8, 0.7, 3.0]]))
+        self.write(rank_json("none", 0, size=1))  # an older run: no seconds
+        rows = {r["label"]: r for r in
+                (ctr.summarize(k, v) for k, v in load_runs(self.d).items())}
+        self.assertEqual(rows["s-ma"]["curve_t"], [(1.5, 0.9), (3.0, 0.8)])
+        self.assertEqual(rows["none"]["curve_t"], [])
+        path = os.path.join(self.d, "t.svg")
+        self.assertTrue(ctr.svg(list(rows.values()), path, "t", seconds=True))
+        with open(path, encoding="utf-8") as f:
+            self.assertIn("seconds since the pass started", f.read())
+
     def test_sync_only_rows(self):
         self.write(rank_json("s-ma", 0, size=1, eps=0.0))
         rows = [ctr.summarize(k, v) for k, v in load_runs(self.d).items()]

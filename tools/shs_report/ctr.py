@@ -1,6 +1,6 @@
 """The table and the picture of a set of shs-ctr runs.
 
-    tools/shs-report ctr DIR [--svg FILE] [--order LABEL,LABEL,...] [--markdown]
+    tools/shs-report ctr DIR [--svg FILE] [--svg-seconds FILE] [--order LABEL,...] [--markdown]
                          [--page FILE --block NAME --command CMD [--where guest|host]]
     tools/shs-report ctr --sync-only DIR [DIR ...] [--page ... as above]
 
@@ -12,7 +12,8 @@ round, train NE (progressive, on each example before its update), eval NE
 one-process reference), the eval NE of the average of the ranks' final
 models (sync modes: one allreduce after training), AUC. With --svg, draws
 rank 0's eval NE against examples seen (all ranks together), one line per
-label. With --page and --block, also writes the markdown table as block
+label; --svg-seconds, the same against the seconds since the pass started.
+With --page and --block, also writes the markdown table as block
 NAME of a results page (docs/results/ctr-modes.md holds the mode tables),
 dated, with the machine (--where: the runs were in guests, the default, or
 on this host) and CMD, the command that made DIR. --sync-only: runs of
@@ -55,6 +56,9 @@ def summarize(label, ranks):
     # the curve: rank 0 evaluates every checkpoint (the other ranks only
     # their final model)
     s["curve"] = [(c[0], c[1]) for c in ranks[0].get("curve", [])]
+    # the same points against the seconds since the pass started (runs
+    # before 2026-12-05 did not record them)
+    s["curve_t"] = [(c[3], c[1]) for c in ranks[0].get("curve", []) if len(c) > 3]
     return s
 
 
@@ -116,8 +120,12 @@ def nice_ticks(lo, hi, n=5):
     return ticks
 
 
-def svg(rows, path, title):
+def svg(rows, path, title, seconds=False):
+    """eval NE against examples seen (or, seconds=True, against the seconds
+    since the pass started), one line per row."""
     W, H, L, R, T, B = 760, 460, 80, 170, 40, 60
+    key = "curve_t" if seconds else "curve"
+    rows = [dict(r, curve=r.get(key, [])) for r in rows]
     pts = [p for r in rows for p in r["curve"]]
     if not pts:
         return False
@@ -137,12 +145,13 @@ def svg(rows, path, title):
         o.append(f'<text x="{L - 6}" y="{Y(t) + 4:.1f}" text-anchor="end">{t:g}</text>')
     for t in nice_ticks(0, xmax):
         o.append(f'<line x1="{X(t):.1f}" x2="{X(t):.1f}" y1="{T}" y2="{H - B}" stroke="#eee"/>')
-        lab = f"{t / 1000:g}k" if t >= 1000 else f"{t:g}"
+        lab = f"{t / 1000:g}k" if t >= 1000 and not seconds else f"{t:g}"
         o.append(f'<text x="{X(t):.1f}" y="{H - B + 16}" text-anchor="middle">{lab}</text>')
     o.append(f'<rect x="{L}" y="{T}" width="{W - L - R}" height="{H - T - B}" fill="none" '
              f'stroke="black"/>')
     o.append(f'<text x="{(L + W - R) / 2}" y="{H - 18}" text-anchor="middle">'
-             f'examples seen (all ranks)</text>')
+             f'{"seconds since the pass started" if seconds else "examples seen (all ranks)"}'
+             f'</text>')
     o.append(f'<text transform="translate(22,{(T + H - B) / 2}) rotate(-90)" '
              f'text-anchor="middle">eval NE (lower is better)</text>')
     for i, r in enumerate(rows):
@@ -168,6 +177,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="shs-report ctr", description=__doc__.splitlines()[0])
     ap.add_argument("dir", nargs="+")
     ap.add_argument("--svg")
+    ap.add_argument("--svg-seconds", help="also the curves against wall-clock seconds")
     ap.add_argument("--order", help="comma-separated labels, in table order")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--sync-only", action="store_true",
@@ -192,6 +202,9 @@ def main(argv=None):
     print(text)
     if a.svg and not a.sync_only and svg(rows, a.svg, a.title):
         print(f"picture: {a.svg}")
+    if a.svg_seconds and not a.sync_only and svg(
+            rows, a.svg_seconds, a.title.replace("examples seen", "seconds"), seconds=True):
+        print(f"picture: {a.svg_seconds}")
     if a.page or a.block:
         if not (a.page and a.block):
             print("shs-report ctr: --page and --block go together", file=sys.stderr)
