@@ -15,9 +15,11 @@
  * sync modes sync them with the dense part (the everything-replicated
  * trainer, for comparison where the tables fit).
  */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <shadowsync/embedding.h>
 
@@ -147,6 +149,8 @@ void ctr_hybrid_setup(ctr_run_t *r, double *draw_s)
     hy->batch = r->o.batch;
     double t = ctr_now();
     draw(r, hy);
+    if (r->o.eval_only != NULL)
+        hy->ntrain = 0; /* the held-out set only */
     *draw_s = ctr_now() - t;
     r->ntrain = hy->ntrain;
     if (sharded)
@@ -351,7 +355,12 @@ void ctr_hybrid_curve(const ctr_run_t *r, ctr_result_t *res)
  * the evaluator's) */
 static double ids_per_s(const ctr_result_t *res)
 {
-    return (double)res->examples * DLRM_FIELDS / res->train_s;
+    return res->train_s > 0 ? (double)res->examples * DLRM_FIELDS / res->train_s : 0;
+}
+
+static double per_s(uint64_t n, const ctr_result_t *res)
+{
+    return res->train_s > 0 ? (double)n / res->train_s : 0;
 }
 
 static double table_mb(const ctr_run_t *r)
@@ -377,7 +386,7 @@ void ctr_hybrid_print(const ctr_run_t *r, const ctr_result_t *res)
            (double)s->shard_bytes / 1e6, hy->rss_mb,
            ids_per_s(res),
            fetched > 0 ? 100.0 * (double)(s->rows_read + s->rows_owner) / (double)fetched : 0.0,
-           (double)s->update_rows / res->train_s, (unsigned long long)s->update_rows,
+           per_s(s->update_rows, res), (unsigned long long)s->update_rows,
            (unsigned long long)s->applied_rows, (unsigned long long)atomic_load(&hy->emb_errors));
 }
 
@@ -397,7 +406,7 @@ void ctr_hybrid_json(const ctr_run_t *r, FILE *f, const ctr_result_t *res)
             (unsigned long long)s->rows_local,
             (unsigned long long)(s->rows_read + s->rows_owner),
             (unsigned long long)s->update_rows, (unsigned long long)s->applied_rows,
-            ids_per_s(res), (double)s->update_rows / res->train_s,
+            ids_per_s(res), per_s(s->update_rows, res),
             (unsigned long long)atomic_load(&hy->emb_errors));
 }
 
@@ -421,4 +430,105 @@ void ctr_hybrid_teardown(ctr_run_t *r)
     free(hy->eval);
     free(hy);
     r->hy = NULL;
+}
+
+/* ------------------------------------------------- the exported model */
+
+#define MODEL_MAGIC "shs-ctr dlrm model 1"
+
+static void model_path(char *buf, size_t len, const char *dir, const char *name)
+{
+    if ((size_t)snprintf(buf, len, "%s/%s", dir, name) >= len)
+        ctr_die("path too long: %s/%s", dir, name);
+}
+
+void ctr_hybrid_save(ctr_run_t *r, const float *avg)
+{
+    ctr_hybrid_t *hy = r->hy;
+    const char *dir = r->o.save;
+    if (r->rank == 0 && mkdir(dir, 0755) != 0 && errno != EEXIST)
+        ctr_die("--save %s: %s", dir, strerror(errno));
+    if (hy->emb != NULL) { /* the holders write their shards: collective */
+        CTR_CHECK(shs_ctx_barrier(r->ctx));
+        CTR_CHECK(shs_emb_save(hy->emb, dir));
+    }
+    if (r->rank != 0)
+        return;
+    char path[4096];
+    model_path(path, sizeof(path), dir, "model.txt");
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        ctr_die("cannot write %s: %s", path, strerror(errno));
+    fprintf(f, "%s\nrows %llu\ndim %d\nbottom %d\ntop %d\nseed %llu\nctr %.17g\n"
+            "examples %llu\neval %llu\ntables %s\nparams %zu\n",
+            MODEL_MAGIC, (unsigned long long)r->o.rows, r->dl.dim, r->dl.bh, r->dl.th,
+            (unsigned long long)r->o.seed, r->o.ctr, (unsigned long long)r->o.examples,
+            (unsigned long long)r->o.eval_n, local(r) ? "replicated" : "sharded", r->nparams);
+    fclose(f);
+    model_path(path, sizeof(path), dir, "dense.f32");
+    f = fopen(path, "wb");
+    if (f == NULL || fwrite(avg, sizeof(float), r->nparams, f) != r->nparams || fclose(f) != 0)
+        ctr_die("cannot write %s: %s", path, strerror(errno));
+    printf("%-10s model saved to %s (%zu floats of dense part%s)\n", r->o.label, dir,
+           r->nparams, local(r) ? " and tables" : "; the tables' shards beside them");
+}
+
+void ctr_hybrid_read_header(ctr_opts_t *o)
+{
+    char path[4096], magic[64], tables[32];
+    unsigned long long rows, seed, examples, evaln;
+    int dim, bottom, top;
+    double ctr;
+    model_path(path, sizeof(path), o->eval_only, "model.txt");
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        ctr_die("--eval-only: cannot read %s: %s", path, strerror(errno));
+    int n = fscanf(f, "%63[^\n] rows %llu dim %d bottom %d top %d seed %llu ctr %lf "
+                   "examples %llu eval %llu tables %31s",
+                   magic, &rows, &dim, &bottom, &top, &seed, &ctr, &examples, &evaln, tables);
+    fclose(f);
+    if (n != 10 || strcmp(magic, MODEL_MAGIC) != 0)
+        ctr_die("--eval-only: %s is not a model saved by shs-ctr --save", path);
+    static char tables_kind[32];
+    snprintf(tables_kind, sizeof(tables_kind), "%s", tables);
+    o->model = "dlrm";
+    o->rows = rows;
+    o->shape.dim = dim;
+    o->bottom = bottom;
+    o->top = top;
+    o->seed = seed;
+    o->ctr = ctr;
+    o->examples = examples;
+    o->eval_n = evaln;
+    o->tables = tables_kind;
+}
+
+void ctr_hybrid_eval_only(ctr_run_t *r)
+{
+    ctr_hybrid_t *hy = r->hy;
+    const char *dir = r->o.eval_only;
+    char path[4096];
+    if (strcmp(r->o.tables, "sharded") == 0 && hy->emb == NULL)
+        ctr_die("--eval-only %s: its tables are sharded: evaluate it with ranks "
+                "(--mode none, any number of them)", dir);
+    model_path(path, sizeof(path), dir, "dense.f32");
+    FILE *f = fopen(path, "rb");
+    if (f == NULL || fread(r->model, sizeof(float), r->nparams, f) != r->nparams)
+        ctr_die("--eval-only: cannot read %zu floats from %s", r->nparams, path);
+    fclose(f);
+    if (hy->emb != NULL)
+        CTR_CHECK(shs_emb_load(hy->emb, dir));
+    double t = ctr_now(), ne, auc;
+    ctr_hybrid_evaluate(r, r->model, &ne, &auc);
+    printf("%-10s rank %d/%d: the model of %s on its %zu held-out examples: eval NE %.6f, "
+           "AUC %.6f (%.1f s)\n", r->o.label, r->rank, r->size, dir, hy->neval, ne, auc,
+           ctr_now() - t);
+    if (r->o.out != NULL) {
+        ctr_result_t res;
+        memset(&res, 0, sizeof(res));
+        res.eval_ne = res.avg_ne = ne;
+        res.auc = res.avg_auc = auc;
+        r->nckpt = 0;
+        ctr_write_json(r, &res);
+    }
 }

@@ -46,7 +46,12 @@ void ctr_usage(FILE *f)
             "  --emb-lr X        dlrm: the tables' Adagrad rate (default 0.05)\n"
             "  --tables sharded|replicated  dlrm: tables on the holders, or all of them\n"
             "                    in every rank's model array, synced with it (default\n"
-            "                    sharded; --mode single: in the process)\n");
+            "                    sharded; --mode single: in the process)\n"
+            "  --save DIR        dlrm: write the final model (the ranks' averaged dense\n"
+            "                    part, the tables) to DIR\n"
+            "  --eval-only DIR   dlrm: load DIR's model into this job's ranks (any\n"
+            "                    number, --mode none or single) and evaluate it on the\n"
+            "                    held-out set of the run that saved it\n");
 }
 
 static void defaults(ctr_opts_t *o)
@@ -109,7 +114,8 @@ void ctr_parse(int argc, char **argv, ctr_opts_t *o)
         {"model", 1, NULL, 'M'},        {"rows", 1, NULL, 'R'},
         {"bottom", 1, NULL, 'b'},       {"top", 1, NULL, 't'},
         {"batch", 1, NULL, 'j'},        {"emb-lr", 1, NULL, 'u'},
-        {"tables", 1, NULL, 'y'},
+        {"tables", 1, NULL, 'y'},       {"save", 1, NULL, 'O'},
+        {"eval-only", 1, NULL, 'V'},
         {NULL, 0, NULL, 0}};
     int dim_set = 0;
     int c;
@@ -150,6 +156,8 @@ void ctr_parse(int argc, char **argv, ctr_opts_t *o)
         case 'j': o->batch = atoi(optarg); break;
         case 'u': o->emb_lr = (float)atof(optarg); break;
         case 'y': o->tables = optarg; break;
+        case 'O': o->save = optarg; break;
+        case 'V': o->eval_only = optarg; break;
         case 'h': ctr_usage(stdout); exit(0);
         default: ctr_usage(stderr); exit(2);
         }
@@ -170,6 +178,8 @@ void ctr_parse(int argc, char **argv, ctr_opts_t *o)
     }
     if (dlrm && !dim_set)
         o->shape.dim = 16;
+    if (o->eval_only != NULL)
+        ctr_hybrid_read_header(o);
     if (o->target_params > 0)
         buckets_for(o);
     if (o->label == NULL)

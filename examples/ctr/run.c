@@ -128,7 +128,11 @@ int ctr_main(int argc, char **argv, const ctr_hooks_t *hooks)
                (unsigned long long)r.o.examples, (unsigned long long)r.o.eval_n,
                r.o.ds ? ", DS-Sync" : "", tgen);
     fflush(stdout);
-    if (r.o.sync_only_s > 0) {
+    if (r.o.eval_only != NULL) {
+        if (r.hy == NULL || r.sync)
+            ctr_die("--eval-only needs --mode none or single");
+        ctr_hybrid_eval_only(&r);
+    } else if (r.o.sync_only_s > 0) {
         if (!r.sync || r.foreground)
             ctr_die("--sync-only needs an s-* mode");
         ctr_sync_only(&r);

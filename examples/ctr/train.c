@@ -190,12 +190,14 @@ void ctr_train(ctr_run_t *r)
      * model a job would export): it separates what the sync achieved from
      * how far the ranks drifted since their last round */
     float *avg = NULL;
-    if (r->sync && teardown) {
+    if ((r->sync || r->o.save != NULL) && teardown && r->ctx != NULL) {
         avg = malloc(r->nparams * sizeof(float));
         if (avg == NULL)
             ctr_die("out of memory");
         ctr_final_average(r, avg);
     }
+    if (r->o.save != NULL && r->hy != NULL && teardown)
+        ctr_hybrid_save(r, avg != NULL ? avg : ctr_final_model(r));
     double eval_s = ctr_evaluate_run(r, avg, &res);
     free(avg);
     ctr_print_result(r, &res, eval_s, r->sync && teardown);

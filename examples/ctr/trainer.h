@@ -57,6 +57,8 @@ typedef struct ctr_opts {
     int bottom, top;                        /* hidden units of the two MLPs */
     int batch;                              /* examples per lookup and update */
     float emb_lr;                           /* the tables' row-wise Adagrad rate */
+    const char *save;                       /* dlrm: write the final model to DIR */
+    const char *eval_only;                  /* dlrm: load DIR's model, evaluate it */
 } ctr_opts_t;
 
 typedef struct ctr_hybrid ctr_hybrid_t;
@@ -170,6 +172,13 @@ void ctr_hybrid_evaluate(ctr_run_t *r, const float *p, double *ne_p, double *auc
 void ctr_hybrid_print(const ctr_run_t *r, const ctr_result_t *res);
 void ctr_hybrid_json(const ctr_run_t *r, FILE *f, const ctr_result_t *res);
 void ctr_hybrid_teardown(ctr_run_t *r);
+/* --save DIR: the averaged dense part (and local tables) by rank 0, the
+ * sharded tables by their holders (collective) */
+void ctr_hybrid_save(ctr_run_t *r, const float *avg);
+/* --eval-only DIR: the options of the run that saved it (before setup) */
+void ctr_hybrid_read_header(ctr_opts_t *o);
+/* --eval-only DIR: load the model into this job's ranks and evaluate it */
+void ctr_hybrid_eval_only(ctr_run_t *r);
 
 /* sync.c */
 void ctr_shadow_params(const ctr_run_t *r, shs_shadow_params_t *p);

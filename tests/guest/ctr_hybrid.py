@@ -10,7 +10,10 @@ every rank reports; the averaged model beats a constant predictor (eval NE
 below 0.98: a constant at the base rate scores 1.0); every row gradient sent
 was applied by its holder, exactly once (the ranks' sent and applied counts
 add up to the same total); no lookup or update failed; the shadow thread
-synced. Asserts behaviour, not speed. Exit status: 0 pass, 1 fail, 77 no
+synced. Then the exported model: the run saves it (--save: the averaged
+dense part, the tables' shards), and --eval-only loads it into 2 ranks (a
+re-sharding) and must score exactly the averaged model's eval NE and AUC.
+Asserts behaviour, not speed. Exit status: 0 pass, 1 fail, 77 no
 RDMA device.
 """
 import os
@@ -27,20 +30,30 @@ N = 4
 NE_CONSTANT_MARGIN = 0.98
 
 
+def run(launch, n, argv):
+    cmd = [launch, "-n", str(n), "--need-rdma", "--timeout", "240", "--"] + argv
+    print("+", " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=280)
+    sys.stdout.write(p.stdout)
+    return 0 if p.returncode == 0 else 77 if p.returncode == 77 else 1
+
+
 def main():
     launch, ctr = launcher_and_program(__doc__)
     with tempfile.TemporaryDirectory() as out:
-        cmd = [launch, "-n", str(N), "--need-rdma", "--timeout", "240", "--",
-               ctr, "--mode", "s-ma", "--model", "dlrm", "--workers", "2",
-               "--rows", "50000", "--examples", "40000", "--eval", "2000",
-               "--out", out, "--label", "hybrid"]
-        print("+", " ".join(cmd), flush=True)
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=280)
-        sys.stdout.write(p.stdout)
-        if p.returncode != 0:
-            return 77 if p.returncode == 77 else 1
+        model = os.path.join(out, "model")
+        rc = run(launch, N, [ctr, "--mode", "s-ma", "--model", "dlrm", "--workers", "2",
+                             "--rows", "50000", "--examples", "40000", "--eval", "2000",
+                             "--save", model, "--out", out, "--label", "hybrid"])
+        if rc != 0:
+            return rc
         ranks = load_ranks(out, "hybrid")
+        rc = run(launch, 2, [ctr, "--mode", "none", "--eval-only", model, "--out", out,
+                             "--label", "reload"])
+        if rc != 0:
+            return rc
+        reload = load_ranks(out, "reload")
     if [r["rank"] for r in ranks] != list(range(N)):
         print(f"FAIL: results of ranks {[r['rank'] for r in ranks]}, expected 0-{N - 1}")
         return 1
@@ -61,6 +74,11 @@ def main():
         failures.append("a rank synced no round")
     if any(r["lookup_ids"] == 0 or r["rows_remote"] == 0 for r in ranks):
         failures.append("a rank looked up nothing, or nothing from another holder")
+    exported = [(r["eval_ne"], r["auc"]) for r in reload]
+    print(f"exported model on 2 ranks: {exported}; the run's averaged model: "
+          f"{(avg_ne, ranks[0]['avg_auc'])}")
+    if len(reload) != 2 or any(e != (avg_ne, ranks[0]["avg_auc"]) for e in exported):
+        failures.append("the exported model, reloaded, does not score the averaged model's NE")
     for f in failures:
         print(f"FAIL: {f}")
     if failures:
