@@ -343,6 +343,9 @@ static void easgd_quiesce(shs_shadow_t *sh)
  * foreground round may need this rank's credits to get there (a barrier
  * there would hold it until SHS_SHADOW_WAIT_MS). */
 enum { FENCE_SENT = 1, FENCE_SETTLED = 2 };
+/* set in this rank's fence when its finish gave up: the others stop
+ * waiting for it (their finish fails with SHS_ERR_PEER_FAILED) */
+#define FENCE_ABORTED (1ull << 63)
 
 typedef struct fence_wait {
     int peer;
@@ -364,7 +367,12 @@ static bool fence_poll(shs_shadow_t *sh, void *arg)
     if (fw->st != SHS_OK)
         return true;
     const shs__pub_hdr_t *h = (const shs__pub_hdr_t *)sh->scratch_mem;
-    return __atomic_load_n(&h->fence, __ATOMIC_RELAXED) >= fw->target;
+    uint64_t f = __atomic_load_n(&h->fence, __ATOMIC_RELAXED);
+    if (f & FENCE_ABORTED) {
+        fw->st = SHS_ERR_PEER_FAILED;
+        return true;
+    }
+    return f >= fw->target;
 }
 
 /* Publish phase `phase` of this finish and wait until every living peer
@@ -400,11 +408,26 @@ static bool settle_poll(shs_shadow_t *sh, void *arg)
     sw->st = shs__easgd_service(sh, true);
     if (sw->st != SHS_OK)
         return true;
-    for (sw->owner = 0; sw->owner < sh->size; sw->owner++)
-        if (sw->owner != sh->rank && !shs__view_is_dead(&sh->view, sw->owner) &&
-            sh->easgd.credits[sw->owner] < EASGD_CREDITS)
-            return false;
+    for (sw->owner = 0; sw->owner < sh->size; sw->owner++) {
+        int o = sw->owner;
+        if (o == sh->rank || shs__view_is_dead(&sh->view, o) ||
+            sh->easgd.credits[o] >= EASGD_CREDITS)
+            continue;
+        if (shs_ctx_peer_status(sh->io, o, NULL) != SHS_OK) {
+            sw->st = SHS_ERR_PEER_FAILED; /* its acknowledgements will not come */
+            return true;
+        }
+        return false;
+    }
     return true;
+}
+
+/* This rank's finish failed: say so in the header, so that no peer waits
+ * for its next fence. */
+static shs_status_t give_up(shs_shadow_t *sh, shs_status_t st)
+{
+    __atomic_store_n(&sh->hdr->fence, sh->easgd.fence | FENCE_ABORTED, __ATOMIC_RELEASE);
+    return st;
 }
 
 /* Every delta sent so far is applied by its owner. Each rank's deltas have
@@ -414,19 +437,19 @@ static bool settle_poll(shs_shadow_t *sh, void *arg)
  * has settled. */
 static shs_status_t easgd_finish(shs_shadow_t *sh)
 {
-    uint64_t base = sh->easgd.fence; /* a previous finish's last phase */
+    uint64_t base = sh->easgd.fence; /* 0: a finish runs once (thread.c) */
     shs_status_t st = fence(sh, base, FENCE_SENT, "enter shs_shadow_finish");
     if (st != SHS_OK)
-        return st;
+        return give_up(sh, st);
     settle_wait_t sw = {.owner = -1, .st = SHS_OK};
     st = shs__shadow_wait(sh, settle_poll, &sw, false);
     if (st == SHS_ERR_TIMEOUT)
         SHS_ERROR("shs_shadow_finish: owner %d did not acknowledge this rank's last delta "
                   "within %d ms", sw.owner, sh->cfg.wait_ms);
     st = shs__first_error(sw.st, st);
-    if (st != SHS_OK)
-        return st;
-    return fence(sh, base, FENCE_SETTLED, "settle its deltas");
+    if (st == SHS_OK)
+        st = fence(sh, base, FENCE_SETTLED, "settle its deltas");
+    return st == SHS_OK ? SHS_OK : give_up(sh, st);
 }
 
 const shs__path_ops_t shs__path_easgd = {

@@ -276,6 +276,11 @@ shs_status_t shs_shadow_finish(shs_shadow_t *sh)
         SHS_ERROR("shs_shadow_finish: refused: the shadow thread runs (shs_shadow_stop first)");
         return SHS_ERR_BAD_STATE;
     }
+    if (sh->finished) {
+        /* once per engine: the ranks' fences count one finish each */
+        SHS_ERROR("shs_shadow_finish: refused: this engine finished already");
+        return SHS_ERR_BAD_STATE;
+    }
     if (sh->view.ndead > 0) {
         SHS_ERROR("shs_shadow_finish: %d peer(s) failed or gone: the ranks cannot be settled "
                   "(their models stay as they are)", sh->view.ndead);

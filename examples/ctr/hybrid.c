@@ -238,7 +238,8 @@ void ctr_hybrid_work(ctr_worker_t *w)
     uint64_t syncs = 0;
     size_t start = (size_t)w->id;
     size_t n = fill_ids(hy, hy->train, start, hy->ntrain, W, b->ids[0]);
-    bool have = ew == NULL || emb_ok(r, shs_emb_lookup_start(ew, b->ids[0], n * nf), "lookup");
+    bool have = ew == NULL || n == 0 ||
+                emb_ok(r, shs_emb_lookup_start(ew, b->ids[0], n * nf), "lookup");
     for (int cur = 0; n > 0; cur ^= 1) {
         if (ew == NULL)
             local_lookup(r, table_of(r, r->model), b->ids[cur], n * nf, b->rows[cur]);
@@ -260,6 +261,7 @@ void ctr_hybrid_work(ctr_worker_t *w)
                                     b->grads + k * rf);
                 w->loss += ctr_logloss(q, ex->label);
                 w->pos += ex->label;
+                w->trained++;
             }
             ctr_worker_tick(w, &syncs);
         }
@@ -317,9 +319,12 @@ static void evaluate_on(ctr_run_t *r, const float *p, size_t neval, double *ne_p
         size_t n = fill_ids(hy, hy->eval, i, neval, 1, ids);
         if (ew == NULL)
             local_lookup(r, table, ids, n * DLRM_FIELDS, hy->eval_rows);
-        else
-            CTR_CHECK(shs_emb_lookup(ew, ids, n * DLRM_FIELDS, hy->eval_rows,
-                                     (size_t)hy->batch * rf));
+        else if (!emb_ok(r, shs_emb_lookup(ew, ids, n * DLRM_FIELDS, hy->eval_rows,
+                                           (size_t)hy->batch * rf), "evaluation lookup")) {
+            /* a holder failed or timed out: no score (-1), the run goes on */
+            *ne_p = *auc_p = -1;
+            return;
+        }
         for (size_t k = 0; k < n; k++, i++) {
             hy->eval_pairs[2 * i] = dlrm_predict(&r->dl, p, &hy->eval[i], hy->eval_rows + k * rf);
             hy->eval_pairs[2 * i + 1] = hy->eval[i].label;

@@ -178,6 +178,15 @@ void ctr_parse(int argc, char **argv, ctr_opts_t *o)
     }
     if (dlrm && !dim_set)
         o->shape.dim = 16;
+    /* the sharded table has one more worker, the evaluator's (at most 64) */
+    if (dlrm && o->workers > CTR_MAX_WORKERS - 1)
+        ctr_die("--model dlrm: at most %d workers", CTR_MAX_WORKERS - 1);
+    if (o->save != NULL && !dlrm)
+        ctr_die("--save: only with --model dlrm");
+    /* FR-EASGD's owners serve their inboxes only in rounds and the finish:
+     * a barrier instead of the finish leaves slower ranks waiting (shadow.h) */
+    if (o->no_finish && strcmp(o->mode, "fr-easgd") == 0)
+        ctr_die("--no-finish: not with fr-easgd (its finish serves the ranks' last deltas)");
     if (o->eval_only != NULL)
         ctr_hybrid_read_header(o);
     if (o->target_params > 0)

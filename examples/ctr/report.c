@@ -45,8 +45,11 @@ void ctr_write_json(const ctr_run_t *r, const ctr_result_t *res)
             (unsigned long long)res->torn, (unsigned long long)(r->foreground ? r->o.fr_every : 0),
             r->o.interval_us, r->o.path, r->o.worker_nice, res->failed, res->fail_seen_s,
             res->eps_after, (unsigned long long)res->rounds_after, res->syncs_per_min_after);
-    for (int i = r->rank == 0 ? 0 : r->nckpt - 1; i < r->nckpt; i++)
-        fprintf(f, "%s[%llu, %.6f, %.6f, %.3f]", i && r->rank == 0 ? ", " : "",
+    /* rank 0: the whole curve; the others: their last point (none when no
+     * checkpoint was taken: --sync-only, --eval-only) */
+    int first = r->rank == 0 || r->nckpt == 0 ? 0 : r->nckpt - 1;
+    for (int i = first; i < r->nckpt; i++)
+        fprintf(f, "%s[%llu, %.6f, %.6f, %.3f]", i > first ? ", " : "",
                 (unsigned long long)r->ckpt_seen[i], res->curve_ne[i], res->curve_auc[i],
                 r->ckpt_t[i]);
     /* the final model's output biases: a rank whose predictions are all

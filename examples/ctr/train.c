@@ -45,6 +45,7 @@ static void wide_work(ctr_worker_t *w)
         float q = ctr_sgd_step(&r->lay, r->model, ex, lr);
         w->loss += ctr_logloss(q, ex->label);
         w->pos += ex->label;
+        w->trained++;
         ctr_worker_tick(w, &syncs);
     }
 }
@@ -149,15 +150,19 @@ static void run_pass(ctr_run_t *r, ctr_result_t *res, ctr_fail_mark_t *mark, dou
     }
     monitor(r, ws, t0, mark);
     double loss = 0, pos = 0;
+    uint64_t trained = 0;
     for (int i = 0; i < r->o.workers; i++) {
         pthread_join(ws[i].th, NULL);
         loss += ws[i].loss;
+        trained += ws[i].trained;
         pos += ws[i].pos;
         res->examples += ws[i].count;
     }
     res->train_s = ctr_now() - t0;
     res->eps = (double)res->examples / res->train_s;
-    res->train_ne = loss / (double)res->examples / ctr_entropy(pos / (double)res->examples);
+    /* on the examples trained on (a skipped one has no loss) */
+    double h = trained > 0 ? ctr_entropy(pos / (double)trained) : 0;
+    res->train_ne = h > 0 ? loss / (double)trained / h : 0;
     free(ws);
 }
 

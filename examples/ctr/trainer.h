@@ -111,7 +111,8 @@ typedef struct ctr_worker {
     _Atomic uint64_t done;
     double loss;
     double pos;
-    uint64_t count;
+    uint64_t count;   /* examples of the pass done */
+    uint64_t trained; /* of them, trained on (the hybrid skips a batch whose rows failed) */
 } ctr_worker_t;
 
 /* What one rank reports (stdout, DIR/<label>.rank<r>.json). */

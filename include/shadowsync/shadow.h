@@ -297,13 +297,16 @@ SHS_API shs_status_t shs_shadow_sync(shs_shadow_t *shadow);
  *             The ranks meet through their published headers, each serving
  *             its inbox while it waits, so a rank may enter the finish
  *             while others still run their last foreground rounds.
- * It is also the way to wait until every rank's engine is done (barriers
- * are refused while a thread runs). Afterwards the engine runs no more
- * rounds (start and sync return SHS_ERR_BAD_STATE): destroy it.
- * Status: SHS_OK; SHS_ERR_BAD_STATE (this rank's thread runs);
- * SHS_ERR_PEER_FAILED (a peer failed or ended: nothing is changed);
- * SHS_ERR_TIMEOUT; SHS_ERR_INVALID_ARG; what shs_coll_create and
- * shs_allreduce_region return.
+ * It is also the way to wait until every rank's engine is done. Once per
+ * engine: afterwards it runs no more rounds and finishes no more (start,
+ * sync and finish return SHS_ERR_BAD_STATE): destroy it. The ranks should
+ * enter it within SHS_SHADOW_WAIT_MS of each other (EASGD waits that long
+ * for each peer's fence).
+ * Status: SHS_OK; SHS_ERR_BAD_STATE (this rank's thread runs, or the
+ * engine finished already); SHS_ERR_PEER_FAILED (a peer failed, ended, or
+ * gave up its own finish: nothing more is changed); SHS_ERR_TIMEOUT (a peer
+ * did not reach the finish in time); SHS_ERR_INVALID_ARG; what
+ * shs_coll_create and shs_allreduce_region return.
  */
 SHS_API shs_status_t shs_shadow_finish(shs_shadow_t *shadow);
 

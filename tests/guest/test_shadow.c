@@ -27,7 +27,8 @@
  *   fr-easgd   FR-EASGD, rank 0 slower than the others: the ranks that
  *              are done enter shs_shadow_finish while rank 0 still needs
  *              their inbox credits; every round and the finish succeed,
- *              nothing is skipped, replicas + center keep their sum
+ *              nothing is skipped, replicas + center keep their sum; a
+ *              second finish is refused
  *   bmuf       FR-BMUF with identical replicas plus per-rank offsets: one
  *              round gives the BMUF step of the mean (checked by hand rule)
  *
@@ -285,6 +286,8 @@ static void case_fr_easgd(shs_ctx_t *ctx, shs_region_t *model)
         CHECK_OK(shs_shadow_sync(sh));
     }
     CHECK_OK(shs_shadow_finish(sh));
+    if (shs_shadow_finish(sh) != SHS_ERR_BAD_STATE) /* once per engine */
+        fail("fr-easgd: a second shs_shadow_finish was not refused");
     shs_shadow_stats_t s;
     CHECK_OK(shs_shadow_stats(sh, &s));
     if (s.rounds != FR_EASGD_ROUNDS || s.errors != 0 || s.peers_skipped != 0)
