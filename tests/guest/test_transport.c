@@ -337,17 +337,28 @@ static void case_kill(shs_ctx_t *ctx)
         CHECK_OK(shs_wait_imm(ctx, 2, NULL, &imm, 30000));
         if (imm != 43)
             fail("reply %u from rank 2", imm);
+        /* rank 2 may still be flushing its reply: stay until it says done */
+        CHECK_OK(shs_wait_imm(ctx, 2, NULL, &imm, 30000));
+        if (imm != 44)
+            fail("done %u from rank 2", imm);
     } else if (me == 2) {
         uint32_t imm = 0;
         CHECK_OK(shs_wait_imm(ctx, 0, NULL, &imm, 60000));
         CHECK_OK(shs_write_imm(ctx, 0, buf, 0, buf, 0, 16, imm + 1, 0));
         CHECK_OK(shs_flush(ctx, 0, SHS_TIMEOUT_DEFAULT));
-        /* no barrier with rank 1 dead: stay until rank 0 has left (its
-         * disconnect), else rank 0's flush above may find this rank gone
-         * (an orderly disconnect fails the peer) and fail the test */
+        /* No barrier with rank 1 dead. Each side's last flush must end
+         * while the other is still there (an orderly disconnect fails the
+         * peer, and a flush naming a failed peer says so): rank 0 leaves
+         * only on this unflushed "done", sent after our flush returned,
+         * and we stay until rank 0 has left: its disconnect, or without
+         * connection events (oob) a probe write that no longer lands. */
+        CHECK_OK(shs_write_imm(ctx, 0, buf, 0, buf, 0, 16, imm + 2, 0));
         double t0 = now_s();
-        while (shs_ctx_peer_status(ctx, 0, NULL) == SHS_OK && now_s() - t0 < 60)
-            usleep(10000);
+        while (shs_ctx_peer_status(ctx, 0, NULL) == SHS_OK && now_s() - t0 < 60) {
+            usleep(50000);
+            if (shs_write(ctx, 0, buf, 4096, buf, 4096, 8, 0) == SHS_OK)
+                (void)shs_flush(ctx, 0, SHS_TIMEOUT_DEFAULT);
+        }
     }
     shs_region_destroy(buf);
 }
