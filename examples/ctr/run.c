@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "trainer.h"
 
@@ -15,12 +16,13 @@ static int g_rank;
 
 void ctr_die(const char *fmt, ...)
 {
+    /* one write, so that the ranks' messages do not interleave */
+    char msg[1024];
     va_list ap;
-    fprintf(stderr, "shs-ctr rank %d: ", g_rank);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    fprintf(stderr, "shs-ctr rank %d: %s\n", g_rank, msg);
     exit(1);
 }
 
@@ -77,6 +79,84 @@ static void setup_model(ctr_run_t *r)
     }
 }
 
+/* MiB the kernel says it can still give (MemAvailable), 0 when unknown */
+static double mem_available_mb(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    double mb = 0;
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+        if (strncmp(line, "MemAvailable:", 13) == 0)
+            mb = atof(line + 13) / 1024.0;
+    if (f != NULL)
+        fclose(f);
+    return mb;
+}
+
+/* 52 bits of an FNV-1a hash of this machine's name: exact in a double */
+static double host_tag(void)
+{
+    char host[256];
+    if (gethostname(host, sizeof(host)) != 0)
+        host[0] = '\0';
+    host[sizeof(host) - 1] = '\0';
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = host; *c != '\0'; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    return (double)(h >> 12);
+}
+
+/*
+ * Before the model is allocated: will it fit? Each rank needs its model
+ * array (nparams floats) and, in sync modes, the shadow engine's copies of
+ * it (about three more). Every rank publishes its machine's tag and the
+ * memory available there (one allreduce: a slot per rank), so every rank
+ * sees how many ranks share each machine and takes the same decision: a
+ * model that cannot fit ends the job on every rank with the figures,
+ * rather than one rank killed by the kernel's OOM killer mid-setup.
+ */
+static void check_memory(ctr_run_t *r)
+{
+    const size_t n = (size_t)r->size;
+    double *v = calloc(2 * n, sizeof(double));
+    if (v == NULL)
+        ctr_die("out of memory");
+    v[r->rank] = host_tag();
+    v[n + (size_t)r->rank] = mem_available_mb();
+    shs_coll_params_t cp;
+    shs_coll_t *coll;
+    memset(&cp, 0, sizeof(cp));
+    cp.field_mask = SHS_COLL_PARAM_STAGE_BYTES;
+    cp.stage_bytes = 2 * n * sizeof(double);
+    CTR_CHECK(shs_coll_create(r->ctx, &cp, &coll));
+    CTR_CHECK(shs_allreduce(coll, NULL, v, 2 * n, SHS_DTYPE_FLOAT64, SHS_REDUCE_SUM));
+    CTR_CHECK(shs_ctx_barrier(r->ctx));
+    shs_coll_destroy(coll);
+    const double need = (double)r->nparams * sizeof(float) * (r->sync ? 4 : 1) / 1048576.0;
+    for (size_t i = 0; i < n; i++) {
+        int here = 0;
+        double avail = v[n + i];
+        for (size_t j = 0; j < n; j++)
+            if (v[j] == v[i]) {
+                here++;
+                if (v[n + j] < avail)
+                    avail = v[n + j];
+            }
+        if (avail > 0 && need * here > avail - 64) {
+            double mb = v[n + i];
+            free(v);
+            ctr_die("the model (%zu params, %.0f MB) needs about %.0f MB a rank%s; %d rank(s) "
+                    "share the machine of rank %zu and it has ~%.0f MB available%s",
+                    r->nparams, (double)r->nparams * 4 / 1e6, need,
+                    r->sync ? " with the shadow engine's copies" : "", here, i, mb,
+                    r->hy != NULL && strcmp(r->o.tables, "replicated") == 0
+                        ? ": --tables sharded spreads the tables over the ranks"
+                        : "");
+        }
+    }
+    free(v);
+}
+
 static void teardown(ctr_run_t *r)
 {
     if (r->sh != NULL)
@@ -120,6 +200,8 @@ int ctr_main(int argc, char **argv, const ctr_hooks_t *hooks)
         r.nparams = r.lay.count;
         tgen = draw_data(&r);
     }
+    if (r.ctx != NULL)
+        check_memory(&r);
     setup_model(&r);
     if (r.rank == 0)
         printf("%-10s %d rank(s) x %d workers, %zu params (%.1f MB), %llu training examples, "

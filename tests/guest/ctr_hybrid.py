@@ -13,6 +13,9 @@ add up to the same total); no lookup or update failed; the shadow thread
 synced. Then the exported model: the run saves it (--save: the averaged
 dense part, the tables' shards), and --eval-only loads it into 2 ranks (a
 re-sharding) and must score exactly the averaged model's eval NE and AUC.
+Last, a replicated model too large for this machine (4 times its memory
+over the ranks) must be refused by every rank with the figures and the way
+out (--tables sharded), not end with a rank killed by the OOM killer.
 Asserts behaviour, not speed. Exit status: 0 pass, 1 fail, 77 no
 RDMA device.
 """
@@ -30,13 +33,47 @@ N = 4
 NE_CONSTANT_MARGIN = 0.98
 
 
-def run(launch, n, argv):
+def launch_ranks(launch, n, argv):
+    """(exit status, output) of n ranks of argv"""
     cmd = [launch, "-n", str(n), "--need-rdma", "--timeout", "240", "--"] + argv
     print("+", " ".join(cmd), flush=True)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        timeout=280)
     sys.stdout.write(p.stdout)
-    return 0 if p.returncode == 0 else 77 if p.returncode == 77 else 1
+    return p.returncode, p.stdout
+
+
+def run(launch, n, argv):
+    rc, _ = launch_ranks(launch, n, argv)
+    return 0 if rc == 0 else 77 if rc == 77 else 1
+
+
+def mem_total_bytes():
+    with open("/proc/meminfo", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    return 1 << 32
+
+
+def too_big(launch, ctr):
+    """A replicated S-MA model whose ranks together would need about 4x this
+    machine's memory (dim 64: 256 bytes a row, 4 copies a rank, 4 ranks)."""
+    rows = mem_total_bytes() // 1024
+    rc, out = launch_ranks(launch, N, [ctr, "--mode", "s-ma", "--model", "dlrm", "--tables",
+                                       "replicated", "--rows", str(rows), "--dim", "64",
+                                       "--examples", "4000", "--eval", "100", "--workers",
+                                       "1"])
+    failures = []
+    if rc == 0:
+        failures.append(f"a replicated model of {rows} rows x 64 started on this machine")
+    if rc == 77:
+        return []
+    if rc > 128 or "signal" in out:
+        failures.append(f"the too-large model ended with status {rc}, not refused")
+    if "needs about" not in out or "--tables sharded" not in out:
+        failures.append("the refusal does not say what the model needs and the way out")
+    return failures
 
 
 def main():
@@ -79,6 +116,7 @@ def main():
           f"{(avg_ne, ranks[0]['avg_auc'])}")
     if len(reload) != 2 or any(e != (avg_ne, ranks[0]["avg_auc"]) for e in exported):
         failures.append("the exported model, reloaded, does not score the averaged model's NE")
+    failures += too_big(launch, ctr)
     for f in failures:
         print(f"FAIL: {f}")
     if failures:

@@ -141,6 +141,42 @@ class TestSeeds(unittest.TestCase):
             self.assertIn("EPS/none +0.400 (spread 0.000): differs", c[0])
             self.assertIn("s-ma against none: NE -0.0500 (spread 0.0200): differs", c[1])
 
+    def test_mean_curves_and_shaded_spread(self):
+        with tempfile.TemporaryDirectory() as top:
+            dirs = []
+            for k, (a, b) in enumerate([(0.8, 0.7), (0.9, 0.8)]):
+                d = os.path.join(top, f"seed{k}")
+                os.mkdir(d)
+                dirs.append(d)
+                # seed 1 has one point more: only the points every seed has count
+                curve = [[1000, a, 0.7, 1.0 + k], [2000, b, 0.7, 3.0 + k]] + \
+                    ([[3000, 0.6, 0.7, 9.0]] if k else [])
+                for label in ("none", "s-ma"):
+                    for rank in (0, 1):
+                        r = rank_json(label, rank, curve=curve, rss_mb=100.0 + rank + k)
+                        with open(os.path.join(d, f"{label}.rank{rank}.json"), "w",
+                                  encoding="utf-8") as f:
+                            json.dump(r, f)
+            rows = seeds.mean_curves(dirs, ["s-ma", "none"])
+            self.assertEqual([r["label"] for r in rows], ["s-ma", "none"])
+            sma = rows[0]
+            self.assertEqual([x for x, _ in sma["curve"]], [1000, 2000])
+            self.assertAlmostEqual(sma["curve"][0][1], 0.85)
+            self.assertEqual([x for x, _ in sma["curve_t"]], [1.5, 3.5])
+            x, lo, hi = sma["band"][1]
+            self.assertAlmostEqual(lo, 0.75 - 0.0707107, places=6)
+            self.assertAlmostEqual(hi, 0.75 + 0.0707107, places=6)
+            path = os.path.join(top, "ne.svg")
+            self.assertTrue(ctr.svg(rows, path, "t"))
+            with open(path, encoding="utf-8") as f:
+                pic = f.read()
+            self.assertEqual(pic.count('fill-opacity="0.15"'), 2)
+            ET.fromstring(pic)  # well-formed
+            # the largest rank's RSS per seed, as mean and spread
+            text = seeds.table(seeds.per_seed(dirs), ["none", "s-ma"])
+            self.assertIn("max RSS/rank MB", text)
+            self.assertIn("| 102 ± 1 |", text)
+
 
 class TestLines(unittest.TestCase):
     def test_kill_and_failure_lines(self):

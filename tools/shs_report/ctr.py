@@ -122,15 +122,17 @@ def nice_ticks(lo, hi, n=5):
 
 def svg(rows, path, title, seconds=False):
     """eval NE against examples seen (or, seconds=True, against the seconds
-    since the pass started), one line per row."""
+    since the pass started), one line per row; a row with "band" ("band_t")
+    points (x, lo, hi) also gets that band shaded in its colour."""
     W, H, L, R, T, B = 760, 460, 80, 170, 40, 60
     key = "curve_t" if seconds else "curve"
-    rows = [dict(r, curve=r.get(key, [])) for r in rows]
+    bkey = "band_t" if seconds else "band"
+    rows = [dict(r, curve=r.get(key, []), band=r.get(bkey, [])) for r in rows]
     pts = [p for r in rows for p in r["curve"]]
     if not pts:
         return False
     xmax = max(p[0] for p in pts) * 1.02
-    ys = [p[1] for p in pts]
+    ys = [p[1] for p in pts] + [y for r in rows for b in r["band"] for y in b[1:]]
     ylo, yhi = min(ys), max(ys)
     pad = (yhi - ylo) * 0.08 or 0.01
     ylo, yhi = ylo - pad, yhi + pad
@@ -154,6 +156,13 @@ def svg(rows, path, title, seconds=False):
              f'</text>')
     o.append(f'<text transform="translate(22,{(T + H - B) / 2}) rotate(-90)" '
              f'text-anchor="middle">eval NE (lower is better)</text>')
+    # the spread over seeds first, under every line: mean +- one sd, shaded
+    for i, r in enumerate(rows):
+        if len(r["band"]) > 1:
+            edge = ([f"{X(x):.1f},{Y(hi):.1f}" for x, _, hi in r["band"]] +
+                    [f"{X(x):.1f},{Y(lo):.1f}" for x, lo, _ in reversed(r["band"])])
+            o.append(f'<polygon points="{" ".join(edge)}" fill="{COLORS[i % len(COLORS)]}" '
+                     f'fill-opacity="0.15" stroke="none"/>')
     for i, r in enumerate(rows):
         if not r["curve"]:
             continue
