@@ -14,9 +14,12 @@ PKGS=(
     qemu-system-x86 busybox-static cpio kmod
     openmpi-bin libopenmpi-dev
     shellcheck
+    python3-dev python3-numpy python3-torch python3-pytest
 )
 # Open MPI: the guest test rdma.mpirun.* starts the ranks with mpirun (the
-# library finds rank and size itself); shellcheck: unit.shellcheck.
+# library finds rank and size itself); shellcheck: unit.shellcheck; Debian's
+# Python 3 headers, NumPy, PyTorch 1.13 and pytest: the Python package
+# (python/) and its tests (rdma.python.*).
 # --compare: also the peers of the side-by-side comparisons: Gloo with its
 # ibverbs transport and a C++ compiler for the Gloo driver
 # (tools/allreduce-compare), Redis and hiredis (tools/emb-compare). The
