@@ -101,8 +101,10 @@ typedef struct shs__shadow_cfg {
 
 /* EASGD's center and inboxes (path_easgd.c). */
 typedef struct shs__easgd {
-    shs_region_t *center_reg, *inbox_reg, *dbuf_reg;
+    shs_region_t *center_reg, *inbox_reg, *dbuf_reg, *stamp_reg;
     float *center, *inbox, *dbuf;
+    uint64_t *seq;    /* the center's seqlock stamp (odd: a write in progress) */
+    uint64_t *stamps; /* read-back: two stamps per owner (before, after a read) */
     size_t slice_max; /* floats: the longest slice, the stride of the inbox */
     size_t my_off, my_len;
     int *credits;

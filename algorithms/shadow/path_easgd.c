@@ -5,6 +5,16 @@
  * slices of its group's owners, computes d = alpha (w - c), moves its model
  * by -d and writes each slice of d into its owner's inbox, who applies
  * c += d and returns the credit.
+ *
+ * The owner changes its slice while the others read it: RDMA READ gives no
+ * atomicity, not even per float (Soft-RoCE copies bytes: a float read while
+ * it is stored can come back as garbage, say 15.2 for a center of 8). So
+ * the slice is a seqlock, as the pull path's snapshots: the owner makes its
+ * stamp odd around every change; a reader reads the stamp, the slice, the
+ * stamp again (each read completed before the next is posted) and keeps the
+ * slice only when both stamps are the same even value. A torn read is read
+ * again (torn_retries); after EASGD_TORN_TRIES the owner's slice is left out
+ * of this round (no delta: nothing moves).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +33,22 @@
 #define IMM_TAG_DELTA 1u
 #define IMM_TAG_ACK 2u
 #define EASGD_CREDITS 2 /* inbox slots per sender (double buffering) */
+#define EASGD_TORN_TRIES 8 /* reads of an owner's slice in one round */
+#define CENTER_DATA_OFF 64 /* the stamp, then the slice (cache-line aligned) */
+
+/* The owner's side of the seqlock: every change of the center goes between
+ * these two (one writer: the engine's thread, or the finish after it). */
+static void center_write_begin(shs__easgd_t *e)
+{
+    __atomic_store_n(e->seq, *e->seq + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+static void center_write_end(shs__easgd_t *e)
+{
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_store_n(e->seq, *e->seq + 1, __ATOMIC_RELEASE);
+}
 
 static uint32_t imm_make(const shs_shadow_t *sh, uint32_t tag, unsigned parity)
 {
@@ -55,7 +81,9 @@ shs_status_t shs__easgd_service(shs_shadow_t *sh, bool ack)
         uint32_t tag = (imm & ~IMM_CHANNEL_MASK) >> IMM_TAG_SHIFT;
         if (tag == IMM_TAG_DELTA) {
             const float *d = e->inbox + inbox_off(sh, from, imm & 1u) / sizeof(float);
+            center_write_begin(e);
             shs__easgd_center_apply(e->center, d, e->my_len);
+            center_write_end(e);
             if (!ack)
                 continue;
             st = shs_write_imm(sh->io, from, sh->pub, 0, e->inbox_reg, 0, 0,
@@ -132,24 +160,19 @@ static shs_status_t wait_credit(shs_shadow_t *sh, int o, bool *stopped_p)
 
 /* ------------------------------------------------------------ a round */
 
-/* acc = the center slices of the group's owners, as read. */
-static shs_status_t read_center(shs_shadow_t *sh, const shs_group_t *grp)
+/* Read a stamp (which: 0 before, 1 after the slice) of every member of grp
+ * still pending; a failed read leaves the member out (SKIP). */
+static shs_status_t read_stamps(shs_shadow_t *sh, const shs_group_t *grp, int which)
 {
+    shs__easgd_t *e = &sh->easgd;
     shs_status_t err = SHS_OK;
-    size_t off, len;
     for (int k = 0; k < grp->size; k++) {
         int o = grp->ranks[k];
-        bool dead = shs__view_is_dead(&sh->view, o);
-        shs__easgd_slice(sh->n, sh->size, o, &off, &len);
-        sh->state[o] = dead ? SHS__PEER_SKIP : SHS__PEER_OK;
-        if (dead)
+        if (o == sh->rank || sh->state[o] != SHS__PEER_PENDING)
             continue;
-        if (o == sh->rank) {
-            memcpy(sh->acc + off, sh->easgd.center, len * sizeof(float));
-            continue;
-        }
-        shs_status_t st = shs_read(sh->io, o, sh->acc_reg, off * sizeof(float),
-                                   sh->easgd.center_reg, 0, len * sizeof(float), SHS_OP_SIGNAL);
+        size_t slot = ((size_t)which * (size_t)sh->size + (size_t)o) * sizeof(uint64_t);
+        shs_status_t st = shs_read(sh->io, o, e->stamp_reg, slot, e->center_reg, 0,
+                                   sizeof(uint64_t), SHS_OP_SIGNAL);
         if (st != SHS_OK) {
             sh->state[o] = SHS__PEER_SKIP;
             err = shs__first_error(err, st);
@@ -157,7 +180,34 @@ static shs_status_t read_center(shs_shadow_t *sh, const shs_group_t *grp)
     }
     for (int k = 0; k < grp->size; k++) {
         int o = grp->ranks[k];
-        if (o == sh->rank || sh->state[o] != SHS__PEER_OK)
+        if (o != sh->rank && sh->state[o] == SHS__PEER_PENDING)
+            err = shs__first_error(err, shs__flush_peer(sh, o));
+    }
+    return err;
+}
+
+/* One seqlock pass over the pending members: stamp, slice, stamp. A member
+ * whose stamps match (even) becomes OK; a torn one stays pending. */
+static shs_status_t read_center_pass(shs_shadow_t *sh, const shs_group_t *grp)
+{
+    shs__easgd_t *e = &sh->easgd;
+    shs_status_t err = read_stamps(sh, grp, 0);
+    size_t off, len;
+    for (int k = 0; k < grp->size; k++) {
+        int o = grp->ranks[k];
+        if (o == sh->rank || sh->state[o] != SHS__PEER_PENDING)
+            continue;
+        shs__easgd_slice(sh->n, sh->size, o, &off, &len);
+        shs_status_t st = shs_read(sh->io, o, sh->acc_reg, off * sizeof(float), e->center_reg,
+                                   CENTER_DATA_OFF, len * sizeof(float), SHS_OP_SIGNAL);
+        if (st != SHS_OK) {
+            sh->state[o] = SHS__PEER_SKIP;
+            err = shs__first_error(err, st);
+        }
+    }
+    for (int k = 0; k < grp->size; k++) {
+        int o = grp->ranks[k];
+        if (o == sh->rank || sh->state[o] != SHS__PEER_PENDING)
             continue;
         shs_status_t st = shs__flush_peer(sh, o);
         if (st != SHS_OK) {
@@ -167,6 +217,50 @@ static shs_status_t read_center(shs_shadow_t *sh, const shs_group_t *grp)
         shs__easgd_slice(sh->n, sh->size, o, &off, &len);
         shs__stat_add(&sh->st.bytes_read, len * sizeof(float));
     }
+    err = shs__first_error(err, read_stamps(sh, grp, 1));
+    for (int k = 0; k < grp->size; k++) {
+        int o = grp->ranks[k];
+        if (o == sh->rank || sh->state[o] != SHS__PEER_PENDING)
+            continue;
+        uint64_t before = e->stamps[o], after = e->stamps[(size_t)sh->size + (size_t)o];
+        if (before == after && (before & 1u) == 0)
+            sh->state[o] = SHS__PEER_OK;
+        else
+            shs__stat_add(&sh->st.torn, 1);
+    }
+    return err;
+}
+
+/* acc = the center slices of the group's owners, each read whole between
+ * two equal stamps; an owner still torn after EASGD_TORN_TRIES reads, or
+ * whose read failed, is SKIP for this round. */
+static shs_status_t read_center(shs_shadow_t *sh, const shs_group_t *grp)
+{
+    shs_status_t err = SHS_OK;
+    bool pending = false;
+    for (int k = 0; k < grp->size; k++) {
+        int o = grp->ranks[k];
+        if (shs__view_is_dead(&sh->view, o)) {
+            sh->state[o] = SHS__PEER_SKIP;
+        } else if (o == sh->rank) {
+            size_t off, len;
+            shs__easgd_slice(sh->n, sh->size, o, &off, &len);
+            memcpy(sh->acc + off, sh->easgd.center, len * sizeof(float));
+            sh->state[o] = SHS__PEER_OK;
+        } else {
+            sh->state[o] = SHS__PEER_PENDING;
+            pending = true;
+        }
+    }
+    for (int t = 0; pending && t < EASGD_TORN_TRIES; t++) {
+        err = shs__first_error(err, read_center_pass(sh, grp));
+        pending = false;
+        for (int k = 0; k < grp->size; k++)
+            pending = pending || sh->state[grp->ranks[k]] == SHS__PEER_PENDING;
+    }
+    for (int k = 0; k < grp->size; k++)
+        if (sh->state[grp->ranks[k]] == SHS__PEER_PENDING)
+            sh->state[grp->ranks[k]] = SHS__PEER_SKIP; /* torn every time */
     shs__shadow_note_read(sh, grp);
     return err;
 }
@@ -211,7 +305,9 @@ static shs_status_t round_easgd(shs_shadow_t *sh, uint64_t r, const shs_group_t 
         shs__easgd_slice(sh->n, sh->size, o, &off, &len);
         shs__easgd_diff(e->dbuf + off, snap + off, sh->acc + off, sh->cfg.alpha, len);
         if (o == sh->rank) {
+            center_write_begin(e);
             shs__easgd_center_apply(e->center, e->dbuf + off, len);
+            center_write_end(e);
             shs__delta_apply_sub(sh->w + off, e->dbuf + off, len);
             continue;
         }
@@ -282,16 +378,22 @@ static shs_status_t easgd_setup(shs_shadow_t *sh)
     e->channel = (uint32_t)chan << IMM_CHANNEL_SHIFT;
     shs__easgd_slice(sh->n, sh->size, 0, &e->my_off, &e->slice_max);
     shs__easgd_slice(sh->n, sh->size, sh->rank, &e->my_off, &e->my_len);
-    st = shs_region_alloc(sh->ctx, e->slice_max * sizeof(float) + sizeof(float),
+    st = shs_region_alloc(sh->ctx, CENTER_DATA_OFF + e->slice_max * sizeof(float) + sizeof(float),
                           SHS_ACCESS_REMOTE_READ | SHS_ACCESS_LOCAL_WRITE, &e->center_reg);
     if (st != SHS_OK)
         goto err_give_channel;
-    e->center = shs_region_addr(e->center_reg);
+    e->seq = shs_region_addr(e->center_reg);
+    e->center = (float *)((char *)shs_region_addr(e->center_reg) + CENTER_DATA_OFF);
+    st = shs_region_alloc(sh->ctx, 2 * np * sizeof(uint64_t), SHS_ACCESS_LOCAL_WRITE,
+                          &e->stamp_reg);
+    if (st != SHS_OK)
+        goto err_destroy_center;
+    e->stamps = shs_region_addr(e->stamp_reg);
     st = shs_region_alloc(sh->ctx, np * EASGD_CREDITS * e->slice_max * sizeof(float) +
                                        sizeof(float),
                           SHS_ACCESS_REMOTE_WRITE, &e->inbox_reg);
     if (st != SHS_OK)
-        goto err_destroy_center;
+        goto err_destroy_stamps;
     e->inbox = shs_region_addr(e->inbox_reg);
     st = shs_region_alloc(sh->ctx, sh->n * sizeof(float), SHS_ACCESS_LOCAL_WRITE, &e->dbuf_reg);
     if (st != SHS_OK)
@@ -308,6 +410,8 @@ err_destroy_dbuf:
     shs_region_destroy(e->dbuf_reg);
 err_destroy_inbox:
     shs_region_destroy(e->inbox_reg);
+err_destroy_stamps:
+    shs_region_destroy(e->stamp_reg);
 err_destroy_center:
     shs_region_destroy(e->center_reg);
 err_give_channel:
@@ -324,6 +428,7 @@ static void easgd_teardown(shs_shadow_t *sh)
     (void)shs__easgd_service(sh, false);
     shs_region_destroy(e->dbuf_reg);
     shs_region_destroy(e->inbox_reg);
+    shs_region_destroy(e->stamp_reg);
     shs_region_destroy(e->center_reg);
     shs__ctx_channel_give(sh->io, e->channel >> IMM_CHANNEL_SHIFT);
     free(e->credits);
