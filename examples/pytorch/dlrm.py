@@ -17,7 +17,9 @@ top MLP) is registered and synced in the background by the shadow engine
 the ranks' dense parts are averaged (finish) and every rank scores the same
 held-out examples. Prints examples per second and normalized entropy
 (log loss over the entropy of the base rate; lower is better), rank 0 also
-one JSON line (--json).
+one JSON line (--json). --sync takes a comma-separated list: each mode
+trains a fresh model in turn in the same processes (what
+tools/pytorch-compare uses, so that torch is imported once).
 """
 import argparse
 import json
@@ -72,6 +74,13 @@ class Dense(torch.nn.Module):
         n = FIELDS + 1
         self.top = mlp([dim + n * (n - 1) // 2, 64, 1])
         self.iu = torch.triu_indices(n, n, 1)
+        self.prior = 0.0
+
+    def start_at(self, ctr):
+        """The output bias at the prior's logit: the first predictions are
+        the base rate, not 0.5 (as the C trainer starts)."""
+        with torch.no_grad():
+            self.top[-1].bias.fill_(math.log(ctr / (1 - ctr)))
 
     def forward(self, dense, emb):
         x = self.bottom(dense)
@@ -103,9 +112,11 @@ def worker(args, wid, model, params, bag, data, stats):
         loss = torch.nn.functional.binary_cross_entropy_with_logits(logit, label[i:j],
                                                                     reduction="sum")
         grads = torch.autograd.grad(loss / (j - i), params + [bag.trigger], allow_unused=True)
-        with torch.no_grad():  # Hogwild: no lock around the shared dense part
-            for p, g in zip(params, grads):
-                p.add_(g, alpha=-lr)
+        # Hogwild: no lock around the shared dense part. Through .data, so
+        # that the step does not bump the parameters' version counters: the
+        # other worker's graph saved them and would refuse its backward.
+        for p, g in zip(params, grads):
+            p.data.add_(g, alpha=-lr)
         loss_sum += float(loss)
         done += j - i
     stats[wid] = (loss_sum, done)
@@ -115,41 +126,41 @@ def entropy(p):
     return -(p * math.log(p) + (1 - p) * math.log(1 - p))
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--examples", type=int, default=80_000, help="over all ranks")
-    ap.add_argument("--eval", type=int, default=10_000, help="held-out examples")
-    ap.add_argument("--rows", type=int, default=2000, help="rows per field")
-    ap.add_argument("--dim", type=int, default=16)
-    ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--lr", type=float, default=0.05)
-    ap.add_argument("--emb-lr", type=float, default=0.05)
-    ap.add_argument("--ctr", type=float, default=0.04)
-    ap.add_argument("--sync", default="ma", choices=["ma", "bmuf", "easgd", "none"])
-    ap.add_argument("--min-interval", type=float, default=0.0, help="seconds between rounds")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--json", action="store_true", help="rank 0: one JSON line of figures")
-    a = ap.parse_args()
-    torch.set_num_threads(1)  # the workers are the parallelism
-    ctx = shadowsync.Context()
+SYNCS = ("ma", "bmuf", "easgd", "none")
+
+
+def sync_list(text):
+    """'ma,none,ma@0.25' -> [('ma', None), ('none', None), ('ma', 0.25)]:
+    @S sets that mode's least time between two rounds (--min-interval)."""
+    modes = []
+    for m in text.split(","):
+        name, _, interval = m.partition("@")
+        if name not in SYNCS:
+            raise argparse.ArgumentTypeError(f"--sync: {name!r} is not one of {', '.join(SYNCS)}")
+        try:
+            modes.append((name, float(interval) if interval else None))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"--sync: {m!r}: @ takes seconds") from None
+    return modes
+
+
+def train_one(a, ctx, mode, interval, train, held):
+    """One run of one sync mode from a fresh model; returns the figures."""
     rank, size = ctx.rank, ctx.size
-    teacher = Teacher(a.seed, a.rows, a.ctr)
-    share = a.examples // size
-    train = teacher.draw(a.seed * 1000 + 1 + rank, share)
-    held = teacher.draw(a.seed * 1000, a.eval)
     torch.manual_seed(a.seed)  # the same initial dense part on every rank
     model = Dense(a.dim)
+    model.start_at(a.ctr)
     reg = shs.register_module(ctx, model)
     params = list(model.parameters())
     bag = shs.ShardedEmbeddingBag(ctx, FIELDS * a.rows, a.dim, optimizer="adagrad",
                                   lr=a.emb_lr, init_scale=0.05, seed=a.seed,
                                   max_batch=a.batch * FIELDS, workers=a.workers + 1)
     sync = None
-    if a.sync != "none":
-        sync = shadowsync.ShadowSync(ctx, reg, algorithm=a.sync, min_interval=a.min_interval)
+    if mode != "none":
+        sync = shadowsync.ShadowSync(ctx, reg, algorithm=mode, min_interval=interval)
     ctx.barrier()
     stats = [None] * a.workers
+
     def run(w):
         try:
             worker(a, w, model, params, bag, train, stats)
@@ -168,7 +179,7 @@ def main():
     for s in stats:
         if isinstance(s, BaseException):
             raise s
-    rounds = 0
+    rounds, per_min = 0, 0.0
     if sync:
         sync.stop()
         st = sync.stats()
@@ -189,23 +200,58 @@ def main():
         ll = torch.nn.functional.binary_cross_entropy_with_logits(torch.cat(logits), label)
     eval_ne = float(ll) / entropy(float(label.mean()))
     eps = done / secs
-    print(f"rank {rank}/{size}: {done} examples in {secs:.1f} s = {eps:.0f} EPS, train NE "
-          f"{loss / done / entropy(base):.4f}, eval NE {eval_ne:.4f} (averaged model), "
-          f"{rounds} syncs ({a.sync})", flush=True)
-    fig = np.array([eps, rounds], dtype=np.float64)
+    print(f"{mode:6s} rank {rank}/{size}: {done} examples in {secs:.1f} s = {eps:.0f} EPS, "
+          f"train NE {loss / done / entropy(base):.4f}, eval NE {eval_ne:.4f} "
+          f"({'averaged' if sync else 'own'} model), {rounds} syncs ({per_min:.0f}/min)",
+          flush=True)
+    fig = np.array([eps, per_min], dtype=np.float64)
     coll = shadowsync.Collective(ctx, stage_bytes=64)
     coll.allreduce(fig)
-    if rank == 0 and a.json:
-        print(json.dumps({"sync": a.sync, "ranks": size, "workers": a.workers,
-                          "eps": fig[0], "syncs_per_min": per_min if sync else 0.0,
-                          "eval_ne": eval_ne, "seconds": secs}), flush=True)
     coll.close()
     if sync:
         sync.close()
     bag.close()
-    del params
+    params.clear()
     model = None
     reg.close()
+    return {"sync": mode, "ranks": size, "workers": a.workers, "examples": a.examples,
+            "min_interval": interval if sync else 0.0, "eps": fig[0],
+            "syncs_per_min": fig[1] / size, "eval_ne": eval_ne, "seconds": secs}
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--examples", type=int, default=80_000, help="over all ranks")
+    ap.add_argument("--eval", type=int, default=10_000, help="held-out examples")
+    ap.add_argument("--rows", type=int, default=2000, help="rows per field")
+    ap.add_argument("--dim", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--emb-lr", type=float, default=0.05)
+    ap.add_argument("--ctr", type=float, default=0.04)
+    ap.add_argument("--sync", type=sync_list, default=[("ma", None)],
+                    help="ma, bmuf, easgd or none (MODE@S: at most a round per S "
+                         "seconds); a comma-separated list runs each in turn")
+    ap.add_argument("--min-interval", type=float, default=0.0,
+                    help="least seconds between two rounds (a mode's @S overrides it)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--json", action="store_true", help="rank 0: one JSON line of figures a mode")
+    return ap.parse_args(argv)
+
+
+def main():
+    a = parse_args()
+    torch.set_num_threads(1)  # the workers are the parallelism
+    ctx = shadowsync.Context()
+    teacher = Teacher(a.seed, a.rows, a.ctr)
+    train = teacher.draw(a.seed * 1000 + 1 + ctx.rank, a.examples // ctx.size)
+    held = teacher.draw(a.seed * 1000, a.eval)
+    for mode, interval in a.sync:
+        fig = train_one(a, ctx, mode, a.min_interval if interval is None else interval,
+                        train, held)
+        if ctx.rank == 0 and a.json:
+            print(json.dumps(fig), flush=True)
     ctx.close()
 
 

@@ -4,11 +4,20 @@ EmbeddingBag against torch's dense one.
 Run by every rank of a job (shs-launch -n 4 -- python3 -m pytest ...): the
 tests are collective and run in file order on every rank.
 """
+import importlib.util
+import math
+import os
+
+import numpy as np
 import pytest
 import torch
 
 import shadowsync
 import shadowsync.torch as shs
+
+
+EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples",
+                       "pytorch", "dlrm.py")
 
 
 def net(seed):
@@ -127,3 +136,25 @@ def test_sharded_bag_bad_input(ctx):
         bag(torch.tensor([[3, 10]]))
     ctx.barrier()
     bag.close()
+
+
+def test_dlrm_example_ends_on_one_model(ctx):
+    """examples/pytorch/dlrm.py, small: 2 Hogwild threads a rank, sharded
+    bags, S-MA on the dense part; after the finish every rank scores the
+    same model (the same eval NE everywhere), and the NE is finite."""
+    spec = importlib.util.spec_from_file_location("dlrm_example", EXAMPLE)
+    dlrm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dlrm)
+    a = dlrm.parse_args(["--examples", "2048", "--eval", "512", "--rows", "100",
+                         "--batch", "64"])
+    teacher = dlrm.Teacher(a.seed, a.rows, a.ctr)
+    train = teacher.draw(a.seed * 1000 + 1 + ctx.rank, a.examples // ctx.size)
+    held = teacher.draw(a.seed * 1000, a.eval)
+    fig = dlrm.train_one(a, ctx, "ma", 0.0, train, held)
+    assert fig["eps"] > 0 and math.isfinite(fig["eval_ne"])
+    every = np.zeros(ctx.size)
+    every[ctx.rank] = fig["eval_ne"]
+    coll = shadowsync.Collective(ctx, stage_bytes=1024)
+    coll.allreduce(every)
+    coll.close()
+    assert np.allclose(every, every[0], rtol=1e-5), f"eval NE differs over the ranks: {every}"

@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 
 from shs_report import (failure_report, finished, free_port, kill_time, load_ranks,
                         load_runs, spread)
-from shs_report import allreduce, ctr, emb, finish, seeds, summary, sweeps
+from shs_report import allreduce, ctr, emb, finish, pyoverhead, pytorch, seeds, summary, sweeps
 
 LOG = """\
 s-ma       4 rank(s) x 1 workers, 20018 params (0.1 MB), 120000 training examples, 2000 held out (data drawn in 0.1 s)
@@ -189,6 +189,47 @@ class TestLines(unittest.TestCase):
         self.assertTrue(finished(LOG, 0, 4))
         self.assertFalse(finished(LOG, 1, 4))
         self.assertEqual(spread([3, 1, 2]), 2)
+
+    def test_pytorch_page(self):
+        # the JSON line examples/pytorch/dlrm.py prints with --json (rank 0)
+        with tempfile.TemporaryDirectory() as d:
+            lines = {"rep1": [("none", 0.0, 1000.0, 0.0), ("ma", 0.0, 900.0, 100.0),
+                              ("ma", 0.25, 980.0, 50.0)],
+                     "rep2": [("ma", 0.0, 950.0, 120.0)]}
+            for rep, figs in lines.items():
+                with open(os.path.join(d, rep + ".json"), "w", encoding="utf-8") as f:
+                    for sync, interval, eps, spm in figs:
+                        f.write(json.dumps({"sync": sync, "ranks": 4, "workers": 2,
+                                            "min_interval": interval, "eps": eps,
+                                            "syncs_per_min": spm, "eval_ne": 0.9,
+                                            "seconds": 10.0}) + "\n")
+            runs = pytorch.load(d)
+            self.assertEqual(sorted(runs), ["ma", "ma-limited", "none"])
+            text = pytorch.body(runs, "tools/pytorch-compare")
+            self.assertIn("| ma (S-MA, as fast as it goes) | 2 | 925 (900-950) | "
+                          "0.925 (0.900-0.950) | 110.0 (100.0-120.0) |", text)
+            self.assertIn("| none (no dense sync) | 1 | 1000 | 1.000 | - |", text)
+
+    def test_python_overhead(self):
+        # what shs-allreduce-bench, shs-sync-bench, shs-emb-bench --json and
+        # tools/py-overhead.py print
+        files = {
+            "c-allreduce.1.txt": "# size count type redop time(us) algbw(MB/s) busbw(MB/s) "
+                                 "#wrong p50(us) p99(us)\n"
+                                 "4194304 1048576 float sum 9000.0 466.0 699.0 0 8800.0 9900.0\n",
+            "py-allreduce.1.txt": '{"kind": "allreduce", "p50_us": 9240.0}\n',
+            "c-lookup.1.txt": '{"ranks": 4, "dim": 16, "batch": 4096, "p50_us": 2000}\n',
+            "py-lookup.1.txt": 'noise\n{"kind": "lookup", "p50_us": 2100}\n'}
+        with tempfile.TemporaryDirectory() as d:
+            for name, text in files.items():
+                with open(os.path.join(d, name), "w", encoding="utf-8") as f:
+                    f.write(text)
+            got = pyoverhead.load(d)
+            self.assertEqual(got[("c", "allreduce")], [8800.0])
+            text = pyoverhead.body(got, "tools/python-overhead")
+            self.assertIn("| 8800 | 9240 | 1.050 | <= 1.05 |", text)
+            self.assertIn("| 2000 | 2100 | 1.050 | <= 1.10 |", text)
+            self.assertNotIn("sync round", text)
 
     def test_allreduce_rows(self):
         with tempfile.TemporaryDirectory() as d:

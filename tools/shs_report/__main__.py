@@ -13,13 +13,17 @@
                                              the report of tools/allreduce-compare
     emb-compare RESULTS --command C [--page P | --no-page]
                                              the report of tools/emb-compare
+    python-overhead OUT --command C [--page P | --no-page]
+                                             the runs of tools/python-overhead
+    pytorch OUT --command C [--page P | --no-page]
+                                             the runs of tools/pytorch-compare
     test-summary DIR SECONDS GROUP...   the closing summary of tools/run-tests
     free-port tcp|udp        a free port on 127.0.0.1
 """
 import sys
 
-from . import (allreduce, ctr, emb, faults, finish, free_port, seeds, summary, sweeps,
-               tradeoff)
+from . import (allreduce, ctr, emb, faults, finish, free_port, pyoverhead, pytorch, seeds,
+               summary, sweeps, tradeoff)
 
 COMMANDS = {
     "ctr": ctr.main,
@@ -30,6 +34,8 @@ COMMANDS = {
     "fault-figures": faults.main,
     "emb-compare": emb.main,
     "allreduce-compare": allreduce.main,
+    "python-overhead": pyoverhead.main,
+    "pytorch": pytorch.main,
     "test-summary": summary.main,
     "free-port": lambda argv: print(free_port(argv[0] if argv else "tcp")) or 0,
 }

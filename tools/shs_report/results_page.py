@@ -111,3 +111,27 @@ def try_write_block(path, name, body, script, title=None):
         print("%s: could not write %s (%s); on the host: %s --report --out DIR"
               % (os.path.basename(script), path, e.strerror, script))
         return False
+
+
+def block_main(argv, prog, page, block, script, title, load, body, enough):
+    """The main of a report that turns one OUT directory into one block:
+    `prog OUT --command C [--page P | --no-page]`. load(out) reads the
+    results, enough(results) says whether there is something to report,
+    body(results, command) is the block's markdown."""
+    import argparse
+    import sys
+    ap = argparse.ArgumentParser(prog=prog)
+    ap.add_argument("out")
+    ap.add_argument("--command", required=True)
+    ap.add_argument("--page", default=page_path(page))
+    ap.add_argument("--no-page", action="store_true")
+    a = ap.parse_args(argv)
+    got = load(a.out)
+    if not enough(got):
+        print("%s: nothing to report in %s" % (prog, a.out), file=sys.stderr)
+        return 1
+    text = body(got, a.command)
+    print(text)
+    if not a.no_page:
+        try_write_block(a.page, block, text, script, title=title)
+    return 0
