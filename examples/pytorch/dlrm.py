@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """A DLRM-style CTR model in plain PyTorch, trained the ShadowSync way.
 
-    python3 -m torch.distributed.run --nproc_per_node 4 examples/pytorch/dlrm.py
+    python3 -m torch.distributed.run --redirects 1 --tee 1 --nproc_per_node 4 examples/pytorch/dlrm.py
     build/tools/shs-launch -n 4 -- python3 examples/pytorch/dlrm.py
 
-(with PYTHONPATH=build/python, or after cmake --install). Each rank trains
+(with PYTHONPATH=build/python, or after cmake --install; the two torchrun
+flags work around Debian's torch 1.13 on Python 3.11). Each rank trains
 on its share of a synthetic click log shaped like Criteo's (13 dense
 features, 26 categorical ones with long-tailed ids, labels from a hidden
 teacher) with --workers Hogwild threads on one copy of the model. The 26
