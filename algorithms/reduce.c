@@ -5,6 +5,8 @@
  * x86-64 each kernel is also built for AVX2 and the loader picks the clone
  * the CPU supports (GCC target_clones, an ifunc). Checked with
  * -fopt-info-vec-optimized (see SHS_VECTOR_FLAGS in the top CMakeLists.txt). */
+#include <string.h>
+
 #include "algorithms/reduce.h"
 
 /* 64 elements: a whole number of vectors of every width up to AVX-512 for
@@ -53,4 +55,65 @@ SHS__KERNEL void shs__reduce_sum_scale_f64(double *restrict dst, const double *r
                                            size_t n, double scale)
 {
     SUM_SCALE_BODY(dst, src, n, scale);
+}
+
+/* float32 <-> bfloat16 through the bits (memcpy: no aliasing questions; the
+ * compiler turns it into a register move). Rounding to nearest even adds
+ * 0x7fff plus the lowest kept bit before truncating; a NaN (exponent all
+ * ones, mantissa not zero) would carry into the exponent that way, so it
+ * keeps its top bits with the quiet bit set instead. */
+static inline uint16_t bf16_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t quiet = (u >> 16) | 0x40u;
+    return (uint16_t)(nan ? quiet : rounded);
+}
+
+static inline float f32_of(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+#define MAP_BODY(n, stmt)                                             \
+    size_t i = 0;                                                     \
+    for (; i + SHS__RBLOCK <= (n); i += SHS__RBLOCK)                  \
+        for (size_t j_ = 0; j_ < SHS__RBLOCK; j_++) {                 \
+            size_t k = i + j_;                                        \
+            stmt;                                                     \
+        }                                                             \
+    for (; i < (n); i++) {                                            \
+        size_t k = i;                                                 \
+        stmt;                                                         \
+    }
+
+SHS__KERNEL void shs__bf16_encode(uint16_t *restrict dst, const float *restrict src, size_t n)
+{
+    MAP_BODY(n, dst[k] = bf16_of(src[k]));
+}
+
+SHS__KERNEL void shs__bf16_decode(float *restrict dst, const uint16_t *restrict src, size_t n)
+{
+    MAP_BODY(n, dst[k] = f32_of(src[k]));
+}
+
+SHS__KERNEL void shs__bf16_round(float *buf, size_t n)
+{
+    MAP_BODY(n, buf[k] = f32_of(bf16_of(buf[k])));
+}
+
+SHS__KERNEL void shs__reduce_sum_bf16(float *restrict dst, const uint16_t *restrict src, size_t n)
+{
+    MAP_BODY(n, dst[k] += f32_of(src[k]));
+}
+
+SHS__KERNEL void shs__reduce_sum_scale_bf16(float *restrict dst, const uint16_t *restrict src,
+                                            size_t n, float scale)
+{
+    MAP_BODY(n, dst[k] = (dst[k] + f32_of(src[k])) * scale);
 }

@@ -80,6 +80,7 @@ typedef struct shs__config {
     int coll_channel;          /* SHS_COLL_CHANNEL top 8 bits of the immediates (-1 auto) */
     size_t coll_eager;         /* SHS_COLL_EAGER bytes of a per-sender first-chunk slot */
     size_t coll_min_chunk;     /* SHS_COLL_MIN_CHUNK smallest chunk of a short call */
+    int coll_wire;             /* SHS_COLL_WIRE shs_wire_t of float32 data on the wire */
     /* embedding tables (algorithms/emb_knobs.c, read by algorithms/embedding/) */
     int emb_owner_reads;       /* SHS_EMB_OWNER_READS auto path: owner path past this many READs */
     int emb_apply_nap_us;      /* SHS_EMB_APPLY_NAP_US longest nap of an idle apply thread */

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "algorithms/coll/coll.h"
+#include "runtime/log.h"
 #include "transport/services.h"
 
 size_t shs_dtype_size(shs_dtype_t dtype)
@@ -43,6 +44,11 @@ static shs_status_t check_call(shs_coll_t *coll, const char *call, const shs_gro
         return SHS_ERR_INVALID_ARG;
     if (coll->poisoned)
         return SHS_ERR_BAD_STATE;
+    if (coll->conf.wire == SHS_WIRE_BF16 && dtype != SHS_DTYPE_FLOAT32) {
+        SHS_ERROR("%s: a bf16-wire collective (SHS_COLL_WIRE) reduces float32 only; use a "
+                  "native collective for float64", call);
+        return SHS_ERR_UNSUPPORTED;
+    }
     if (group != NULL && !group_valid(coll, group))
         return SHS_ERR_INVALID_ARG;
     *n_p = group == NULL ? coll->size : group->size;

@@ -81,6 +81,7 @@ typedef struct shs__coll_conf {
     size_t eager_bytes;      /* per-sender slot for the first chunk of a call */
     size_t min_chunk;        /* smallest chunk of a short call */
     int channel;             /* -1: allocated by the context */
+    int wire;                /* shs_wire_t */
     int timeout_ms;
     int rq_depth;            /* SHS_RQ_DEPTH: bounds the slots */
     unsigned spin;           /* empty ring passes before a waiting rank naps */
@@ -130,6 +131,9 @@ struct shs_coll {
                                 slot of eager_bytes per rank; left neighbours
                                 write here */
     shs_region_t *stage;     /* stage_bytes, or NULL */
+    shs_region_t *outbox;    /* bf16 wire: what a rank sends, encoded; laid out as
+                                the inbox's shared slots and one eager slot, and
+                                indexed like the right neighbour's; or NULL */
     /* Per peer, the calls in which it was this rank's left neighbour (it
      * sent to us) and its right neighbour (we sent to it): the sequence
      * number that the grant of the next such call carries. */
@@ -154,6 +158,7 @@ struct shs__coll_ring {
     size_t reg_off;          /* byte offset of element 0 in reg */
     char *base;              /* its address */
     size_t es;               /* element size */
+    size_t wes;              /* element size on the wire (2: bf16) */
     shs_dtype_t dtype;
     shs_reduce_t op;
     size_t count;

@@ -19,6 +19,8 @@ typedef struct setup_sig {
     uint64_t min_chunk;
     uint32_t slots;
     uint32_t channel;
+    uint32_t wire;
+    uint32_t pad;
     uint64_t valid;          /* this rank's parameters passed their checks */
 } setup_sig_t;
 #define SETUP_MAGIC 0x73687363u /* "shsc" */
@@ -30,6 +32,7 @@ static void conf_from_knobs(shs__coll_conf_t *conf, const shs__config_t *cfg)
     *conf = (shs__coll_conf_t){.slot_bytes = cfg->coll_chunk, .slots = cfg->coll_slots,
                                .stage_bytes = cfg->coll_stage, .eager_bytes = cfg->coll_eager,
                                .min_chunk = cfg->coll_min_chunk, .channel = cfg->coll_channel,
+                               .wire = cfg->coll_wire,
                                .timeout_ms = cfg->op_timeout_ms, .rq_depth = cfg->rq_depth,
                                .spin = cfg->poll_spin < 0
                                            ? 0u
@@ -56,6 +59,8 @@ void shs__coll_conf_apply(shs__coll_conf_t *conf, const shs_coll_params_t *param
         conf->eager_bytes = params->eager_bytes;
     if (m & SHS_COLL_PARAM_MIN_CHUNK)
         conf->min_chunk = params->min_chunk;
+    if (m & SHS_COLL_PARAM_WIRE)
+        conf->wire = params->wire;
     if ((m & SHS_COLL_PARAM_TIMEOUT) && params->timeout_ms >= 1)
         conf->timeout_ms = params->timeout_ms;
 }
@@ -98,6 +103,11 @@ shs_status_t shs__coll_conf_check(shs__coll_conf_t *conf, const shs_coll_params_
                   conf->channel);
         return SHS_ERR_CONFIG;
     }
+    if (conf->wire != SHS_WIRE_NATIVE && conf->wire != SHS_WIRE_BF16) {
+        SHS_ERROR("collectives: wire %d: expected SHS_WIRE_NATIVE (0) or SHS_WIRE_BF16 (1)",
+                  conf->wire);
+        return SHS_ERR_CONFIG;
+    }
     if (params != NULL && (params->field_mask & SHS_COLL_PARAM_TIMEOUT) &&
         params->timeout_ms < 1) {
         SHS_ERROR("collectives: timeout %d ms: expected > 0", params->timeout_ms);
@@ -133,7 +143,13 @@ static setup_sig_t setup_sig_of(const shs_coll_t *coll, shs_status_t local)
     return (setup_sig_t){.magic = SETUP_MAGIC, .slot_bytes = c->slot_bytes,
                          .stage_bytes = c->stage_bytes, .eager_bytes = c->eager_bytes,
                          .min_chunk = c->min_chunk, .slots = (uint32_t)c->slots,
-                         .channel = coll->chan >> IMM_CHAN_SHIFT, .valid = local == SHS_OK};
+                         .channel = coll->chan >> IMM_CHAN_SHIFT, .wire = (uint32_t)c->wire,
+                         .valid = local == SHS_OK};
+}
+
+static const char *wire_name(uint32_t wire)
+{
+    return wire == SHS_WIRE_BF16 ? "bf16" : "native";
 }
 
 /* The verdict on the table of all ranks' valid signatures, the same on
@@ -149,15 +165,16 @@ static shs_status_t setup_verdict(const shs_coll_t *coll, const setup_sig_t *sig
         }
         if (memcmp(s, mine, sizeof(*s)) != 0) {
             SHS_ERROR("collective setup: rank %d uses chunk %llu (min %llu), %u slots, stage "
-                      "%llu, eager %llu, channel %u; this rank uses chunk %llu (min %llu), %u "
-                      "slots, stage %llu, eager %llu, channel %u: every rank must use the "
-                      "same SHS_COLL_* values",
+                      "%llu, eager %llu, channel %u, wire %s; this rank uses chunk %llu (min "
+                      "%llu), %u slots, stage %llu, eager %llu, channel %u, wire %s: every "
+                      "rank must use the same SHS_COLL_* values",
                       p, (unsigned long long)s->slot_bytes, (unsigned long long)s->min_chunk,
                       s->slots, (unsigned long long)s->stage_bytes,
-                      (unsigned long long)s->eager_bytes, s->channel,
+                      (unsigned long long)s->eager_bytes, s->channel, wire_name(s->wire),
                       (unsigned long long)mine->slot_bytes, (unsigned long long)mine->min_chunk,
                       mine->slots, (unsigned long long)mine->stage_bytes,
-                      (unsigned long long)mine->eager_bytes, mine->channel);
+                      (unsigned long long)mine->eager_bytes, mine->channel,
+                      wire_name(mine->wire));
             return SHS_ERR_SIZE_MISMATCH;
         }
     }
@@ -246,12 +263,23 @@ shs_status_t shs__coll_create_on(shs_ctx_t *ctx, shs_ctx_t *io, const shs_coll_p
         if (st != SHS_OK)
             goto err_destroy_inbox;
     }
-    SHS_DEBUG("collectives: %d slots of %zu bytes, eager %zu, stage %zu bytes, channel %u",
-              c->slots, c->slot_bytes, c->eager_bytes, c->stage_bytes,
-              coll->chan >> IMM_CHAN_SHIFT);
+    /* bf16 wire: the encoded chunks a rank sends, one per slot of the right
+     * neighbour's inbox that it may fill (its shared slots and our eager
+     * slot there); a WRITE source only */
+    if (c->wire == SHS_WIRE_BF16) {
+        st = shs_region_alloc(ctx, (size_t)c->slots * c->slot_bytes + c->eager_bytes,
+                              SHS_ACCESS_LOCAL_WRITE, &coll->outbox);
+        if (st != SHS_OK)
+            goto err_destroy_stage;
+    }
+    SHS_DEBUG("collectives: %d slots of %zu bytes, eager %zu, stage %zu bytes, channel %u, "
+              "wire %s", c->slots, c->slot_bytes, c->eager_bytes, c->stage_bytes,
+              coll->chan >> IMM_CHAN_SHIFT, wire_name((uint32_t)c->wire));
     *coll_p = coll;
     return SHS_OK;
 
+err_destroy_stage:
+    shs_region_destroy(coll->stage);
 err_destroy_inbox:
     shs_region_destroy(coll->inbox);
 err_free_calls:
@@ -270,6 +298,7 @@ void shs_coll_destroy(shs_coll_t *coll)
         return;
     if (shs__ctx_refused(coll->ctx, "shs_coll_destroy"))
         return;
+    shs_region_destroy(coll->outbox);
     shs_region_destroy(coll->stage);
     shs_region_destroy(coll->inbox);
     if (coll->chan_taken)

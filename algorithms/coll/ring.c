@@ -105,7 +105,7 @@ static unsigned first_is_eager(const shs__coll_ring_t *r, int u, int j, size_t c
 {
     size_t off, len;
     chunk_range(r, j, c, &off, &len);
-    return u == 0 && len * r->es <= shs__coll_eager_cap(r->coll);
+    return u == 0 && len * r->wes <= shs__coll_eager_cap(r->coll);
 }
 
 /* Cut the call into segments and chunks and find where both streams start;
@@ -114,7 +114,7 @@ void shs__coll_ring_plan(shs__coll_ring_t *r)
 {
     r->q = r->count / (size_t)r->n;
     r->rem = r->count % (size_t)r->n;
-    r->chunk_elems = shs__coll_chunk_elems(&r->coll->conf, r->q + (r->rem > 0), r->es);
+    r->chunk_elems = shs__coll_chunk_elems(&r->coll->conf, r->q + (r->rem > 0), r->wes);
     r->send_total = stream_total(r, send_seg);
     r->recv_total = stream_total(r, recv_seg);
     send_cursor_settle(r);
@@ -123,6 +123,30 @@ void shs__coll_ring_plan(shs__coll_ring_t *r)
         r->send_eager = first_is_eager(r, r->su, send_seg(r, r->su), r->sc);
     if (r->recv_total > 0)
         r->recv_eager = first_is_eager(r, r->ru, recv_seg(r, r->ru), r->rc);
+}
+
+/* Where send item t comes from: the buffer itself, or (bf16 wire) its
+ * encoding in the outbox slot that mirrors the slot it goes to in the right
+ * neighbour's inbox (slot_of as if we were sender 0: the shared slots, then
+ * one eager slot). An outbox slot is written again only for the item that
+ * takes the same inbox slot, i.e. after the right neighbour gave that slot
+ * back (a credit, or the next call's grant): it had the data, and the
+ * device reads the outbox again only to retransmit, which the responder
+ * discards (see process_one). */
+static void send_source(const shs__coll_ring_t *r, size_t off, size_t len, shs_region_t **reg_p,
+                        size_t *off_p)
+{
+    shs_coll_t *coll = r->coll;
+    if (r->wes == r->es) {
+        *reg_p = r->reg;
+        *off_p = r->reg_off + off * r->es;
+        return;
+    }
+    size_t o = shs__coll_slot_of(coll, 0, r->sent, r->send_eager);
+    shs__bf16_encode((uint16_t *)((char *)shs_region_addr(coll->outbox) + o),
+                     (const float *)(r->base + off * r->es), len);
+    *reg_p = coll->outbox;
+    *off_p = o;
 }
 
 /* Post every send item whose data is final and for which a slot is free. */
@@ -138,17 +162,19 @@ static shs_status_t post_sends(shs__coll_ring_t *r, bool *moved)
         size_t off, len;
         chunk_range(r, send_seg(r, r->su), r->sc, &off, &len);
         bool last = r->sent + 1 == r->send_total;
-        shs_status_t st = shs_write_imm(coll->io, r->right, r->reg, r->reg_off + off * r->es,
-                                        coll->inbox,
+        shs_region_t *src;
+        size_t src_off;
+        send_source(r, off, len, &src, &src_off);
+        shs_status_t st = shs_write_imm(coll->io, r->right, src, src_off, coll->inbox,
                                         shs__coll_slot_of(coll, coll->rank, r->sent, r->send_eager),
-                                        len * r->es, shs__coll_imm(r, KIND_DATA, r->sent),
+                                        len * r->wes, shs__coll_imm(r, KIND_DATA, r->sent),
                                         last ? SHS_OP_SIGNAL : 0);
         if (st != SHS_OK)
             return shs__coll_fail(r, st, r->right, "writing to");
         r->sent++;
         if (!eager)
             r->credits--;
-        coll->stats.bytes_sent += len * r->es;
+        coll->stats.bytes_sent += len * r->wes;
         coll->stats.chunks_sent++;
         r->sc++;
         send_cursor_settle(r);
@@ -161,7 +187,16 @@ static void reduce_chunk(const shs__coll_ring_t *r, void *dst, const void *src, 
                          bool last_rs)
 {
     bool scale = last_rs && r->op == SHS_REDUCE_AVG;
-    if (r->dtype == SHS_DTYPE_FLOAT32) {
+    if (r->wes != r->es) {
+        /* bf16 wire: the owner's final value is rounded like the copies the
+         * others will decode, so that all members end bit-identical */
+        if (scale)
+            shs__reduce_sum_scale_bf16(dst, src, len, (float)(1.0 / r->n));
+        else
+            shs__reduce_sum_bf16(dst, src, len);
+        if (last_rs)
+            shs__bf16_round(dst, len);
+    } else if (r->dtype == SHS_DTYPE_FLOAT32) {
         if (scale)
             shs__reduce_sum_scale_f32(dst, src, len, (float)(1.0 / r->n));
         else
@@ -196,6 +231,8 @@ static shs_status_t process_one(shs__coll_ring_t *r)
     char *dst = r->base + off * r->es;
     if (r->ru < r->n - 1)
         reduce_chunk(r, dst, slot, len, r->ru == r->n - 2);
+    else if (r->wes != r->es)
+        shs__bf16_decode((float *)dst, (const uint16_t *)slot, len);
     else
         memcpy(dst, slot, len * r->es);
     uint64_t item = r->done++;
@@ -318,6 +355,7 @@ void shs__coll_ring_init(shs__coll_ring_t *r, shs_coll_t *coll, const shs_group_
     r->reg_off = off;
     r->base = reg == NULL ? NULL : (char *)shs_region_addr(reg) + off;
     r->es = shs_dtype_size(dtype);
+    r->wes = coll->conf.wire == SHS_WIRE_BF16 && dtype == SHS_DTYPE_FLOAT32 ? 2 : r->es;
     r->dtype = dtype;
     r->op = op;
     r->count = count;

@@ -22,9 +22,12 @@ shs_status_t shs__shadow_coll(shs_shadow_t *sh, shs_ctx_t *io, shs_coll_t **coll
 {
     shs_coll_params_t cp;
     memset(&cp, 0, sizeof(cp));
-    cp.field_mask = SHS_COLL_PARAM_STAGE_BYTES | SHS_COLL_PARAM_TIMEOUT;
+    cp.field_mask = SHS_COLL_PARAM_STAGE_BYTES | SHS_COLL_PARAM_TIMEOUT | SHS_COLL_PARAM_WIRE;
     cp.stage_bytes = 0; /* the engine reduces registered memory: no staging */
     cp.timeout_ms = sh->cfg.wait_ms;
+    /* exact: the engine's conservation rules assume every member sums the
+     * same values (a bf16 wire for snapshots is the engine's own choice) */
+    cp.wire = SHS_WIRE_NATIVE;
     return shs__coll_create_on(sh->ctx, io, &cp, coll_p);
 }
 

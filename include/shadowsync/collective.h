@@ -93,6 +93,26 @@
  * every rank: SHS_ERR_BAD_STATE where it is taken, SHS_ERR_SIZE_MISMATCH
  * on the others.
  *
+ * Wire. With SHS_WIRE_BF16 (a parameter every rank must share, checked at
+ * create) float32 calls move bfloat16: every chunk a rank sends is its
+ * float32 data rounded to bf16 (nearest, ties to even) in a registered
+ * outbox of the collective's own (slots + 1 chunks), and every chunk it
+ * receives is widened and added in float32. Half the bytes cross the
+ * device; the price is one rounding per hop of the reduce-scatter and one
+ * of the final value. The owner of a segment rounds its final value to
+ * bf16 before the allgather, so every member still ends with bit-identical
+ * values (all bf16-representable). Error bound, for n members and float32
+ * inputs x_1..x_n of an element (AVG: divide both sides by n):
+ *     |result - sum x_i| <= n (2^-8 + 2^-23) (1 + 2^-7)^n  sum |x_i|
+ * (2^-8 is bf16's unit roundoff, 2^-24 float32's: each of the n - 1 hops
+ * and the final value add at most one bf16 and one float32 rounding of a
+ * partial sum, whose magnitude the last factor bounds; the extra 2^-24
+ * covers the average's scaling). Values beyond the
+ * largest bf16 (about 3.39e38) become infinities; NaN stays NaN. float64
+ * calls on a bf16 collective are refused (SHS_ERR_UNSUPPORTED, logged):
+ * use a native collective for them. A group of one rank returns its
+ * values unrounded, as with a native wire.
+ *
  * Hot path: no allocation, no lock, no system call beyond posting, polling
  * and short naps while idle (after a share of SHS_POLL_SPIN empty polls). Every wait is bounded by timeout_ms without
  * progress. A failure (peer failed, timeout, protocol violation) is logged
@@ -143,8 +163,15 @@ enum {
     SHS_COLL_PARAM_CHANNEL = 1u << 3,
     SHS_COLL_PARAM_TIMEOUT = 1u << 4,
     SHS_COLL_PARAM_EAGER_BYTES = 1u << 5,
-    SHS_COLL_PARAM_MIN_CHUNK = 1u << 6
+    SHS_COLL_PARAM_MIN_CHUNK = 1u << 6,
+    SHS_COLL_PARAM_WIRE = 1u << 7
 };
+
+/* What a collective's float32 data looks like on the wire (see Wire). */
+typedef enum shs_wire {
+    SHS_WIRE_NATIVE = 0,    /* the element type itself: exact */
+    SHS_WIRE_BF16 = 1       /* bfloat16: half the bytes, reduced in float32 */
+} shs_wire_t;
 
 typedef struct shs_coll_params {
     uint64_t field_mask;  /* SHS_COLL_PARAM_* bits of the fields below that are set */
@@ -168,12 +195,14 @@ typedef struct shs_coll_params {
                              chunks of at least this size, so that short calls
                              pipeline too; >= slot_bytes: always slot_bytes
                              (SHS_COLL_MIN_CHUNK) */
+    int wire;             /* shs_wire_t: how float32 data travels (SHS_COLL_WIRE) */
 } shs_coll_params_t;
 
 /*
  * shs_coll_create - set up collectives on ctx: register this rank's inbox
  * (slots * slot_bytes + (ranks of ctx) * eager_bytes) and staging area
- * (stage_bytes) with the other ranks.
+ * (stage_bytes) with the other ranks, and with SHS_WIRE_BF16 an outbox
+ * (slots * slot_bytes + eager_bytes).
  * Collective over ALL ranks of ctx (every rank calls it, in the same order
  * relative to other collective calls on ctx, with the same parameters).
  * params may be NULL (everything from the knobs). *coll_p is owned by the
@@ -211,7 +240,7 @@ SHS_API void shs_coll_destroy(shs_coll_t *coll);
  *
  * Status: SHS_OK; SHS_ERR_INVALID_ARG (NULL coll, bad group, NULL buf with
  * count > 0, unknown dtype or op); SHS_ERR_UNSUPPORTED (stage_bytes is 0:
- * use shs_allreduce_region); SHS_ERR_BAD_STATE (an earlier call failed, or
+ * use shs_allreduce_region; or float64 on a bf16-wire collective); SHS_ERR_BAD_STATE (an earlier call failed, or
  * a forked child's copy: refused, changes nothing);
  * SHS_ERR_SIZE_MISMATCH (the members disagree on count, dtype, op or group:
  * every member returns it), SHS_ERR_PEER_FAILED, SHS_ERR_TIMEOUT,

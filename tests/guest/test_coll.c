@@ -9,6 +9,12 @@
  *                 concurrent subgroups, against a reference computed here;
  *                 --big adds 1 Mi + 3 elements (several chunks per segment),
  *                 --large 64 Mi float32 elements (256 MiB per rank, zero-copy)
+ *   shs_test_coll bf16     a collective with SHS_WIRE_BF16: float32 sums and
+ *                 averages of values of mixed magnitude and sign (some made to
+ *                 cancel), staged and zero-copy, all ranks and concurrent
+ *                 subgroups, each element within collective.h's bound of the
+ *                 exact result and bit-identical on every member; half the
+ *                 bytes of a native call; float64 refused without poisoning
  *   shs_test_coll dssync   3 rounds of the hypercube schedule with g = 2 on
  *                 8 ranks holding 0..7: every element of every rank is exactly
  *                 3.5; then 8 rounds of the general and random schedules,
@@ -139,6 +145,20 @@ static void one_allreduce(shs_coll_t *coll, const shs_group_t *group, const int 
     }
 }
 
+/* The ranks of this rank's parity, in descending order (the ring follows
+ * the list): two disjoint groups that run concurrently. */
+static shs_group_t parity_group(int n)
+{
+    shs_group_t grp = {.size = 0};
+    for (int r = n - 1; r >= 0; r--)
+        if (r % 2 == g_rank % 2) {
+            if (r == g_rank)
+                grp.index = grp.size;
+            grp.ranks[grp.size++] = r;
+        }
+    return grp;
+}
+
 static void case_allreduce(shs_ctx_t *ctx, bool big_count, bool large)
 {
     int n = shs_ctx_size(ctx);
@@ -184,13 +204,7 @@ static void case_allreduce(shs_ctx_t *ctx, bool big_count, bool large)
     /* a subgroup of the even ranks and one of the odd ranks, concurrently,
      * listed in descending order (the ring follows the list) */
     if (n >= 3) {
-        shs_group_t grp = {.size = 0};
-        for (int r = n - 1; r >= 0; r--)
-            if (r % 2 == g_rank % 2) {
-                if (r == g_rank)
-                    grp.index = grp.size;
-                grp.ranks[grp.size++] = r;
-            }
+        shs_group_t grp = parity_group(n);
         for (size_t k = 1; k < ncounts - 1; k += 2) /* the heavy count not again */
             one_allreduce(coll, &grp, grp.ranks, grp.size, &b, counts[k], SHS_DTYPE_FLOAT32,
                           SHS_REDUCE_SUM, k % 4 == 1);
@@ -221,6 +235,140 @@ static void case_allreduce(shs_ctx_t *ctx, bool big_count, bool large)
     CHECK_OK(shs_ctx_barrier(ctx));
     free(b.plain);
     shs_region_destroy(b.region);
+    shs_coll_destroy(coll);
+}
+
+/* --------------------------------------------------------------------- bf16 */
+
+/* Input of rank r at element i for the bf16 test: a float of 24 significant
+ * bits between about 2^-6 and 2^18 in magnitude, of either sign; at every
+ * fifth element the ranks cancel pairwise (r odd holds minus r - 1's). */
+static float input_wide(int r, size_t i)
+{
+    if (i % 5 == 0 && r % 2 == 1)
+        return -input_wide(r - 1, i);
+    uint64_t h = (uint64_t)i * 0x9e3779b97f4a7c15ull + (uint64_t)r * 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 29;
+    h *= 0x94d049bb133111ebull;
+    h ^= h >> 32;
+    float m = (float)(h & 0xffffffu) / (float)(1u << 24) + 0.5f; /* 0.5 .. 1.5 */
+    float v = ldexpf(m, (int)((h >> 24) % 25) - 6);
+    return (h >> 40) & 1 ? -v : v;
+}
+
+/* Every element within n (2^-8 + 2^-23) (1 + 2^-7)^n sum |x| of the exact
+ * sum (over n for an average), and the same on every member: the sums of
+ * the results and of their squares over the group (native float64, exact
+ * for equal bf16 values) are n times this rank's. */
+static void verify_bf16(shs_coll_t *exact, const shs_group_t *group, const float *got,
+                        size_t count, shs_reduce_t op, const int *members, int n,
+                        const char *what)
+{
+    double factor = n * (ldexp(1.0, -8) + ldexp(1.0, -23)) * pow(1 + ldexp(1.0, -7), n);
+    double div = op == SHS_REDUCE_AVG ? n : 1, worst = 0;
+    double *chk = malloc(2 * count * sizeof(double));
+    if (chk == NULL)
+        fail("malloc");
+    for (size_t i = 0; i < count; i++) {
+        double sum = 0, abs_sum = 0;
+        for (int k = 0; k < n; k++) {
+            float x = input_wide(members[k], i);
+            sum += x;
+            abs_sum += fabs(x);
+        }
+        double err = fabs((double)got[i] - sum / div), bound = factor * abs_sum / div;
+        if (!(err <= bound))
+            fail("%s: element %zu is %.9g, exact %.9g: off by %.3g, bound %.3g", what, i,
+                 (double)got[i], sum / div, err, bound);
+        if (abs_sum > 0 && err / (abs_sum / div) > worst)
+            worst = err / (abs_sum / div);
+        chk[i] = got[i];
+        chk[count + i] = (double)got[i] * got[i];
+    }
+    CHECK_OK(shs_allreduce(exact, group, chk, 2 * count, SHS_DTYPE_FLOAT64, SHS_REDUCE_SUM));
+    for (size_t i = 0; i < count; i++)
+        if (chk[i] != n * (double)got[i] || chk[count + i] != n * (double)got[i] * got[i])
+            fail("%s: element %zu differs between members (this rank %.9g)", what, i,
+                 (double)got[i]);
+    free(chk);
+    if (g_rank == 0 && count > 1000)
+        printf("rank 0: %s ok, worst error %.3g of sum |x| (bound %.3g)\n", what, worst,
+               factor);
+}
+
+static void bf16_allreduce(shs_coll_t *coll, shs_coll_t *exact, const shs_group_t *group,
+                           const int *members, int n, shs_region_t *reg, float *plain,
+                           size_t count, shs_reduce_t op, bool staged)
+{
+    float *buf = staged ? plain : shs_region_addr(reg);
+    for (size_t i = 0; i < count; i++)
+        buf[i] = input_wide(g_rank, i);
+    if (staged)
+        CHECK_OK(shs_allreduce(coll, group, buf, count, SHS_DTYPE_FLOAT32, op));
+    else
+        CHECK_OK(shs_allreduce_region(coll, group, reg, 0, count, SHS_DTYPE_FLOAT32, op));
+    char what[160];
+    snprintf(what, sizeof(what), "bf16 wire, %s %s of %zu over %d ranks",
+             staged ? "staged" : "region", op == SHS_REDUCE_SUM ? "sum" : "avg", count, n);
+    verify_bf16(exact, group, buf, count, op, members, n, what);
+}
+
+static void case_bf16(shs_ctx_t *ctx)
+{
+    int n = shs_ctx_size(ctx);
+    shs_coll_t *coll, *exact;
+    shs_coll_params_t p = {.field_mask = SHS_COLL_PARAM_WIRE, .wire = SHS_WIRE_BF16};
+    CHECK_OK(shs_coll_create(ctx, &p, &coll));
+    /* the checks (one staged pass each), and the byte count */
+    shs_coll_params_t ep = {.field_mask = SHS_COLL_PARAM_STAGE_BYTES, .stage_bytes = 8u << 20};
+    CHECK_OK(shs_coll_create(ctx, &ep, &exact));
+    const size_t counts[] = {1, (size_t)n + 1, 4099, 65537, 300001};
+    const size_t ncounts = sizeof(counts) / sizeof(counts[0]);
+    size_t cap = counts[ncounts - 1] * sizeof(double);
+    shs_region_t *reg;
+    CHECK_OK(shs_region_alloc(ctx, cap, SHS_ACCESS_LOCAL_WRITE, &reg));
+    float *plain = malloc(cap);
+    if (plain == NULL)
+        fail("malloc");
+    int all[SHS_GROUP_MAX];
+    for (int r = 0; r < n; r++)
+        all[r] = r;
+    for (size_t k = 0; k < ncounts; k++)
+        for (unsigned v = 0; v < 2; v++)
+            bf16_allreduce(coll, exact, NULL, all, n, reg, plain, counts[k],
+                           (shs_reduce_t)((k + v) % 2), (k / 2 + v) % 2 == 1);
+    if (n >= 3) {
+        shs_group_t grp = parity_group(n);
+        for (size_t k = 1; k < ncounts; k++)
+            bf16_allreduce(coll, exact, &grp, grp.ranks, grp.size, reg, plain, counts[k],
+                           (shs_reduce_t)(k % 2), k % 2 == 0);
+    }
+
+    /* half the bytes of the same call on a native wire */
+    shs_coll_stats_t a0, a1, b0, b1;
+    CHECK_OK(shs_coll_get_stats(coll, &a0));
+    CHECK_OK(shs_coll_get_stats(exact, &b0));
+    CHECK_OK(shs_allreduce_region(coll, NULL, reg, 0, 65537, SHS_DTYPE_FLOAT32, SHS_REDUCE_SUM));
+    CHECK_OK(shs_allreduce_region(exact, NULL, reg, 0, 65537, SHS_DTYPE_FLOAT32, SHS_REDUCE_SUM));
+    CHECK_OK(shs_coll_get_stats(coll, &a1));
+    CHECK_OK(shs_coll_get_stats(exact, &b1));
+    if (2 * (a1.bytes_sent - a0.bytes_sent) != b1.bytes_sent - b0.bytes_sent)
+        fail("bf16 call sent %llu bytes, native %llu: expected half",
+             (unsigned long long)(a1.bytes_sent - a0.bytes_sent),
+             (unsigned long long)(b1.bytes_sent - b0.bytes_sent));
+
+    /* float64 is refused, and the collective still works */
+    if (shs_allreduce(coll, NULL, plain, 16, SHS_DTYPE_FLOAT64, SHS_REDUCE_SUM) !=
+        SHS_ERR_UNSUPPORTED)
+        fail("float64 on a bf16 wire was not refused");
+    bf16_allreduce(coll, exact, NULL, all, n, reg, plain, 4099, SHS_REDUCE_SUM, false);
+    if (g_rank == 0)
+        printf("rank 0: bf16 wire on %d ranks: all counts within the bound, identical on "
+               "every member, half the bytes\n", n);
+    CHECK_OK(shs_ctx_barrier(ctx));
+    free(plain);
+    shs_region_destroy(reg);
+    shs_coll_destroy(exact);
     shs_coll_destroy(coll);
 }
 
@@ -664,7 +812,7 @@ static void case_beside_shadow(shs_ctx_t *ctx)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s allreduce [--big] [--large] | dssync | imm | errors | mismatch "
+        fprintf(stderr, "usage: %s allreduce [--big] [--large] | bf16 | dssync | imm | errors | mismatch "
                 "[count|small|passes|dtype|op|group] | channels | beside-shadow\n",
                 argv[0]);
         return RC_FAIL;
@@ -688,7 +836,9 @@ int main(int argc, char **argv)
             large |= strcmp(argv[a], "--large") == 0;
         }
         case_allreduce(ctx, big, large);
-    } else if (strcmp(argv[1], "dssync") == 0)
+    } else if (strcmp(argv[1], "bf16") == 0)
+        case_bf16(ctx);
+    else if (strcmp(argv[1], "dssync") == 0)
         case_dssync(ctx);
     else if (strcmp(argv[1], "imm") == 0)
         case_imm(ctx);

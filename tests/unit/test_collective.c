@@ -3,6 +3,7 @@
  * checks that need no device, and the pure pieces of algorithms/coll/
  * (parameter checks, chunk sizing, the plan of a call's streams, call
  * signatures). The ring itself runs in the guest (tests/guest/test_coll.c). */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,163 @@ START_TEST(test_sum_f64_and_scale)
 }
 END_TEST
 
+/* ---- bfloat16 on the wire */
+
+static float f32_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+static uint16_t enc1(float f)
+{
+    uint16_t h;
+    shs__bf16_encode(&h, &f, 1);
+    return h;
+}
+
+static float dec1(uint16_t h)
+{
+    float f;
+    shs__bf16_decode(&f, &h, 1);
+    return f;
+}
+
+/* Every one of the 65536 bf16 values: it survives decode then encode; the
+ * floats just below, exactly at and just above the midpoint to the next
+ * value round down, to even, and up; a NaN stays a NaN even when only its
+ * low bits are set (a plain rounding would carry it into infinity). */
+START_TEST(test_bf16_rounds_to_nearest_even)
+{
+    for (uint32_t h = 0; h < 65536; h++) {
+        bool nan = (h & 0x7fffu) > 0x7f80u, inf = (h & 0x7fffu) == 0x7f80u;
+        uint16_t back = enc1(dec1((uint16_t)h));
+        if (nan) {
+            ck_assert_msg(isnan(dec1(back)), "NaN 0x%04x came back as 0x%04x", h, back);
+            continue;
+        }
+        ck_assert_msg(back == h, "0x%04x came back as 0x%04x", h, back);
+        if (inf)
+            continue;
+        uint32_t bits = h << 16;
+        uint16_t up = (uint16_t)(h + 1), even = (h & 1u) ? up : (uint16_t)h;
+        ck_assert_uint_eq(enc1(f32_bits(bits | 0x7fffu)), h);
+        ck_assert_msg(enc1(f32_bits(bits | 0x8000u)) == even, "tie above 0x%04x", h);
+        ck_assert_uint_eq(enc1(f32_bits(bits | 0x8001u)), up);
+        ck_assert_uint_eq(enc1(f32_bits(bits | 0xffffu)), up);
+    }
+    ck_assert(isnan(dec1(enc1(f32_bits(0x7f800001u)))));  /* low-bit NaN */
+    ck_assert(isnan(dec1(enc1(f32_bits(0xffc00000u)))));
+    ck_assert_uint_eq(enc1(-0.0f), 0x8000u);
+    ck_assert_uint_eq(enc1(f32_bits(0x7f7fffffu)), 0x7f80u); /* FLT_MAX: infinity */
+    ck_assert_uint_eq(enc1(1.0f), 0x3f80u);
+    /* relative error of a normal float: at most 2^-8 */
+    uint32_t x = 12345;
+    for (int i = 0; i < 100000; i++) {
+        x = x * 1664525u + 1013904223u;
+        float f = f32_bits((x & 0x3fffffffu) | 0x00800000u); /* normal, below 2^65 */
+        float g = dec1(enc1(f));
+        ck_assert_msg(fabs((double)g - (double)f) <= ldexp(fabs((double)f), -8),
+                      "%a became %a", (double)f, (double)g);
+    }
+}
+END_TEST
+
+/* The five bf16 kernels over every tail length and offset, and nothing
+ * written outside [off, off + n). */
+START_TEST(test_bf16_kernels_every_length)
+{
+    static float dst[LEN + 8], want[LEN + 8], src[LEN + 8];
+    static uint16_t h[LEN + 8], hwant[LEN + 8];
+    for (size_t off = 0; off < 3; off++)
+        for (size_t n = 0; n <= 200; n += 1 + n / 20) {
+            for (size_t i = 0; i < LEN + 8; i++) {
+                src[i] = ((float)(i % 29) - 14.0f) * 1.001f;
+                h[i] = hwant[i] = (uint16_t)(0x3f80u + i % 7); /* 1.0 .. 1.047 */
+                dst[i] = want[i] = (float)i;
+            }
+            bool in;
+            shs__bf16_encode(h + off, src + off, n);
+            for (size_t i = 0; i < LEN + 8; i++) {
+                in = i >= off && i < off + n;
+                ck_assert_uint_eq(h[i], in ? enc1(src[i]) : hwant[i]);
+            }
+            shs__reduce_sum_bf16(dst + off, h + off, n);
+            for (size_t i = 0; i < LEN + 8; i++) {
+                in = i >= off && i < off + n;
+                ck_assert(dst[i] == (in ? want[i] + dec1(h[i]) : want[i]));
+                want[i] = dst[i];
+            }
+            shs__reduce_sum_scale_bf16(dst + off, h + off, n, 0.25f);
+            for (size_t i = 0; i < LEN + 8; i++) {
+                in = i >= off && i < off + n;
+                ck_assert(dst[i] == (in ? (want[i] + dec1(h[i])) * 0.25f : want[i]));
+                want[i] = dst[i];
+            }
+            shs__bf16_round(dst + off, n);
+            for (size_t i = 0; i < LEN + 8; i++) {
+                in = i >= off && i < off + n;
+                ck_assert(dst[i] == (in ? dec1(enc1(want[i])) : want[i]));
+                want[i] = dst[i];
+            }
+            shs__bf16_decode(dst + off, h + off, n);
+            for (size_t i = 0; i < LEN + 8; i++) {
+                in = i >= off && i < off + n;
+                ck_assert(dst[i] == (in ? dec1(h[i]) : want[i]));
+            }
+        }
+}
+END_TEST
+
+/* The arithmetic of one segment's trip round a bf16 ring, in ring.c's
+ * order: the first rank's value is encoded, each next rank decodes, adds
+ * its own in float32 (the last one scales for an average), encodes again;
+ * the owner rounds the final value, which the allgather copies. The result
+ * stays within collective.h's bound, n (2^-8 + 2^-23) (1 + 2^-7)^n sum |x|,
+ * on inputs made to cancel and of mixed magnitudes, for n = 2..16. */
+START_TEST(test_bf16_ring_error_bound)
+{
+    enum { ELEMS = 4096, NMAX = 16 };
+    static float x[NMAX][ELEMS], acc[ELEMS];
+    static uint16_t wire[ELEMS];
+    uint32_t seed = 99;
+    for (int n = 2; n <= NMAX; n++)
+        for (int op = 0; op < 2; op++) {
+            for (int k = 0; k < n; k++)
+                for (size_t i = 0; i < ELEMS; i++) {
+                    seed = seed * 1664525u + 1013904223u;
+                    double mag = ldexp(1.0, (int)(seed >> 27) - 8); /* 2^-8 .. 2^23 */
+                    double v = mag * ((double)(seed & 0xffffu) / 65536.0 - 0.5);
+                    /* element i % 3 == 0: the ranks cancel (x, -x, x, ...) */
+                    x[k][i] = i % 3 == 0 ? (k % 2 ? -x[0][i] : x[0][i]) : (float)v;
+                }
+            memcpy(acc, x[0], sizeof(acc));
+            for (int k = 1; k < n; k++) {
+                shs__bf16_encode(wire, acc, ELEMS);
+                memcpy(acc, x[k], sizeof(acc));
+                if (op == 1 && k == n - 1)
+                    shs__reduce_sum_scale_bf16(acc, wire, ELEMS, (float)(1.0 / n));
+                else
+                    shs__reduce_sum_bf16(acc, wire, ELEMS);
+            }
+            shs__bf16_round(acc, ELEMS);
+            double factor = n * (ldexp(1.0, -8) + ldexp(1.0, -23)) * pow(1 + ldexp(1.0, -7), n);
+            for (size_t i = 0; i < ELEMS; i++) {
+                double sum = 0, abs_sum = 0;
+                for (int k = 0; k < n; k++) {
+                    sum += x[k][i];
+                    abs_sum += fabs(x[k][i]);
+                }
+                double div = op == 1 ? n : 1;
+                double err = fabs((double)acc[i] - sum / div), bound = factor * abs_sum / div;
+                ck_assert_msg(err <= bound, "n %d %s element %zu: %a off (bound %a)", n,
+                              op ? "avg" : "sum", i, err, bound);
+            }
+        }
+}
+END_TEST
+
 START_TEST(test_arguments_without_a_device)
 {
     ck_assert_uint_eq(shs_dtype_size(SHS_DTYPE_FLOAT32), 4);
@@ -111,6 +269,11 @@ START_TEST(test_params_apply_only_the_masked_fields)
     ck_assert_uint_eq(c.eager_bytes, 8);
     ck_assert_uint_eq(c.min_chunk, 8);
     ck_assert_int_eq(c.timeout_ms, 5);
+    ck_assert_int_eq(c.wire, SHS_WIRE_NATIVE);
+    p.field_mask = SHS_COLL_PARAM_WIRE;
+    p.wire = SHS_WIRE_BF16;
+    shs__coll_conf_apply(&c, &p);
+    ck_assert_int_eq(c.wire, SHS_WIRE_BF16);
     shs__coll_conf_apply(&c, NULL); /* nothing to apply */
     ck_assert_uint_eq(c.slot_bytes, 4096);
 }
@@ -165,6 +328,12 @@ START_TEST(test_params_check_caps_and_refuses)
     c.slots = 8;
     c.rq_depth = 22;
     ck_assert_int_eq(shs__coll_conf_check(&c, NULL), SHS_OK);
+
+    /* a wire that is neither native nor bf16 */
+    c = knob_conf();
+    c.wire = 2;
+    ck_assert_int_eq(shs__coll_conf_check(&c, NULL), SHS_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(captured(), "wire 2"));
 
     /* a timeout below 1 ms is refused, and never replaces the knob's */
     c = knob_conf();
@@ -257,6 +426,25 @@ START_TEST(test_plan_streams_match_neighbours)
                 size_t first = q + (rem > 0) < ce ? q + (rem > 0) : ce;
                 ck_assert_uint_eq(r[0].send_eager, first * 4 <= cap);
             }
+    /* bf16 wire: chunks and the eager choice count two bytes per float32;
+     * float64 keeps its own size (the call is refused before it runs) */
+    struct shs_coll coll = {.rank = 0, .size = 4};
+    coll.conf = knob_conf();
+    coll.conf.slot_bytes = 1024;
+    coll.conf.min_chunk = 64;
+    coll.conf.eager_bytes = 512 + SIG_AREA;
+    coll.conf.wire = SHS_WIRE_BF16;
+    coll.agree = &shs__coll_agree_area;
+    shs__coll_ring_t r;
+    shs__coll_ring_init(&r, &coll, NULL, 4, 0, NULL, 0, 4096, 4096, SHS_DTYPE_FLOAT32,
+                        SHS_REDUCE_SUM);
+    shs__coll_ring_plan(&r);
+    ck_assert_uint_eq(r.wes, 2);
+    ck_assert_uint_eq(r.chunk_elems, 256); /* 1024 floats a segment, 4 slots */
+    ck_assert_uint_eq(r.send_eager, 1);    /* 512 bytes of bf16 fit the eager slot */
+    shs__coll_ring_init(&r, &coll, NULL, 4, 0, NULL, 0, 4096, 4096, SHS_DTYPE_FLOAT64,
+                        SHS_REDUCE_SUM);
+    ck_assert_uint_eq(r.wes, 8);
 }
 END_TEST
 
@@ -362,6 +550,9 @@ Suite *collective_suite(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_sum_f32_every_length_and_offset);
     tcase_add_test(tc, test_sum_f64_and_scale);
+    tcase_add_test(tc, test_bf16_rounds_to_nearest_even);
+    tcase_add_test(tc, test_bf16_kernels_every_length);
+    tcase_add_test(tc, test_bf16_ring_error_bound);
     tcase_add_test(tc, test_arguments_without_a_device);
     tcase_add_test(tc, test_params_apply_only_the_masked_fields);
     tcase_add_test(tc, test_params_check_caps_and_refuses);

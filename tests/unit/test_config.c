@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <shadowsync/collective.h>
+
 #include "algorithms/knobs.h"
 #include "runtime/config.h"
 #include "runtime/knob.h"
@@ -101,6 +103,7 @@ static const char *const every_knob[] = {
     "SHS_COLL_CHANNEL", "7",
     "SHS_COLL_EAGER", "0",
     "SHS_COLL_MIN_CHUNK", "4k",
+    "SHS_COLL_WIRE", "BF16",
     "SHS_EMB_OWNER_READS", "9",
     "SHS_EMB_APPLY_NAP_US", "15",
     "SHS_EMB_SLOTS", "12",
@@ -148,6 +151,7 @@ START_TEST(test_every_knob_parses)
     ck_assert_int_eq(c.coll_channel, 7);
     ck_assert_uint_eq(c.coll_eager, 0);
     ck_assert_uint_eq(c.coll_min_chunk, 4096);
+    ck_assert_int_eq(c.coll_wire, SHS_WIRE_BF16);
     ck_assert_int_eq(c.emb_owner_reads, 9);
     ck_assert_int_eq(c.emb_apply_nap_us, 15);
     ck_assert_int_eq(c.emb_slots, 12);
