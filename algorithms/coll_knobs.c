@@ -4,12 +4,7 @@
  * they resolve into the context's shs__config_t like every other table,
  * where collective.c reads them (shs__ctx_config(ctx)->coll_*).
  */
-#include <shadowsync/collective.h>
-
 #include "algorithms/knobs.h"
-
-static const char *const wire_words[] = {"native", "bf16", NULL};
-static const int wire_values[] = {SHS_WIRE_NATIVE, SHS_WIRE_BF16};
 
 static const shs__knob_t coll_knobs[] = {
     /* 1 MiB: every chunk costs a work request, an immediate, a credit and a
@@ -55,7 +50,7 @@ static const shs__knob_t coll_knobs[] = {
     /* native: exact. bf16 halves the bytes of float32 calls at one
      * rounding per hop (the bound is in collective.h, Wire); a trade a job
      * makes on purpose, never a default. */
-    SHS_KNOB_ENUM("SHS_COLL_WIRE", coll_wire, "native", wire_words, wire_values,
+    SHS_KNOB_ENUM("SHS_COLL_WIRE", coll_wire, "native", shs__wire_words, shs__wire_values,
                   "collectives: float32 on the wire: native (exact) or bf16 (half the bytes, "
                   "rounded per hop; collective.h, Wire)"),
 };

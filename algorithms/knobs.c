@@ -5,6 +5,8 @@
  */
 #include <stddef.h>
 
+#include <shadowsync/defs.h>
+
 #include "algorithms/knobs.h"
 #include "transport/services.h"
 
@@ -16,3 +18,6 @@ const shs__knob_table_t *const shs__knob_tables[] = {
     &shs__emb_knob_table,
     NULL,
 };
+
+const char *const shs__wire_words[] = {"native", "bf16", NULL};
+const int shs__wire_values[] = {SHS_WIRE_NATIVE, SHS_WIRE_BF16};

@@ -9,4 +9,8 @@ extern const shs__knob_table_t shs__shadow_knob_table; /* algorithms/shadow_knob
 extern const shs__knob_table_t shs__coll_knob_table;   /* algorithms/coll_knobs.c */
 extern const shs__knob_table_t shs__emb_knob_table;    /* algorithms/emb_knobs.c */
 
+/* The words of an shs_wire_t knob (SHS_COLL_WIRE, SHS_SHADOW_WIRE). */
+extern const char *const shs__wire_words[];
+extern const int shs__wire_values[];
+
 #endif

@@ -33,6 +33,11 @@ static const shs__knob_t shadow_knobs[] = {
      * absorbs the variation and keeps the latency. */
     SHS_KNOB_INT("SHS_SHADOW_NAP", shadow_nap, "80", 0, 100,
                  "shadow engine: percent of a pull's expected time slept before polling (0 = spin)"),
+    /* native: exact snapshots. bf16 halves the bytes every round reads;
+     * the sum over ranks stays conserved (shadow.h, Wire). */
+    SHS_KNOB_ENUM("SHS_SHADOW_WIRE", shadow_wire, "native", shs__wire_words, shs__wire_values,
+                  "shadow engine: published snapshots as native float32 or bf16 (half the bytes; "
+                  "MA and BMUF on the pull path)"),
 };
 
 const shs__knob_table_t shs__shadow_knob_table = SHS_KNOB_TABLE("algorithms", shadow_knobs, NULL);

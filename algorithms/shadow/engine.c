@@ -54,6 +54,7 @@ static void resolve_params(shs_shadow_t *sh, const shs_shadow_params_t *p, size_
     c->wait_ms = (m & SHS_SHADOW_PARAM_WAIT_TIMEOUT) ? p->wait_timeout_ms : knobs->shadow_wait_ms;
     *chunk_bytes_p = (m & SHS_SHADOW_PARAM_CHUNK) ? p->chunk_bytes : knobs->shadow_chunk;
     c->nap_pct = knobs->shadow_nap;
+    c->wire = (m & SHS_SHADOW_PARAM_WIRE) ? p->wire : knobs->shadow_wire;
     c->want_channel = knobs->shadow_channel; /* -1: allocated (EASGD only uses one) */
 }
 
@@ -75,6 +76,21 @@ static shs_status_t check_params(shs_shadow_t *sh, size_t chunk_bytes)
         SHS_ERROR("shadow: pin_cpus \"%s\": expected auto, none or a CPU list such as 3, 2-3 "
                   "or 0,2-3", c->pin);
         return SHS_ERR_CONFIG;
+    }
+    if (c->wire != SHS_WIRE_NATIVE && c->wire != SHS_WIRE_BF16) {
+        SHS_ERROR("shadow: wire %d: expected SHS_WIRE_NATIVE (0) or SHS_WIRE_BF16 (1)",
+                  c->wire);
+        return SHS_ERR_INVALID_ARG;
+    }
+    if (c->wire == SHS_WIRE_BF16 &&
+        (c->algo == SHS_SHADOW_EASGD || c->path != SHS_SHADOW_PATH_PULL)) {
+        SHS_ERROR("shadow: bf16 snapshots (SHS_SHADOW_WIRE) work with MA and BMUF on the "
+                  "pull path; this engine is %s on the %s path",
+                  c->algo == SHS_SHADOW_EASGD ? "EASGD" : c->algo == SHS_SHADOW_BMUF ? "BMUF"
+                                                                                  : "MA",
+                  c->path == SHS_SHADOW_PATH_RING ? "ring"
+                  : c->path == SHS_SHADOW_PATH_LIVE ? "live" : "pull");
+        return SHS_ERR_UNSUPPORTED;
     }
     if (c->algo == SHS_SHADOW_EASGD && c->path != SHS_SHADOW_PATH_PULL) {
         SHS_ERROR("shadow: easgd reads and writes the center one-sidedly: it needs the pull "
@@ -125,6 +141,8 @@ static void free_peers(shs_shadow_t *sh)
     free((void *)sh->st.last_read_ns);
     free(sh->wg);
     free(sh->D);
+    free(sh->snap);
+    free(sh->dec);
 }
 
 /* Per-peer state and BMUF's vectors (private memory). */
@@ -146,6 +164,13 @@ static shs_status_t alloc_peers(shs_shadow_t *sh)
             return SHS_ERR_NO_MEMORY;
         memcpy(sh->wg, sh->w, sh->n * sizeof(float));
     }
+    if (sh->cfg.wire == SHS_WIRE_BF16) {
+        size_t gm1 = (size_t)(sh->cfg.gmax > 1 ? sh->cfg.gmax - 1 : 1);
+        sh->snap = malloc(sh->n * sizeof(float));
+        sh->dec = malloc(gm1 * sh->cfg.chunk * sizeof(float));
+        if (sh->snap == NULL || sh->dec == NULL)
+            return SHS_ERR_NO_MEMORY;
+    }
     return SHS_OK;
 }
 
@@ -153,7 +178,7 @@ static shs_status_t alloc_peers(shs_shadow_t *sh)
 static shs_status_t alloc_regions(shs_shadow_t *sh)
 {
     size_t gm1 = (size_t)(sh->cfg.gmax > 1 ? sh->cfg.gmax - 1 : 1);
-    sh->slot_bytes = ALIGN_UP(sh->n * sizeof(float), 64);
+    sh->slot_bytes = ALIGN_UP(sh->n * shs__wire_bytes(sh), 64);
     shs_status_t st = shs_region_alloc(sh->ctx, SHS__PUB_DATA_OFF + 2 * sh->slot_bytes,
                                        SHS_ACCESS_REMOTE_READ, &sh->pub);
     if (st != SHS_OK)
@@ -161,6 +186,8 @@ static shs_status_t alloc_regions(shs_shadow_t *sh)
     sh->hdr = shs_region_addr(sh->pub);
     sh->slot[0] = (float *)((uint8_t *)sh->hdr + shs__slot_off(sh, 0));
     sh->slot[1] = (float *)((uint8_t *)sh->hdr + shs__slot_off(sh, 1));
+    /* before any round: peers compare it with theirs (snapshot.c) */
+    __atomic_store_n(&sh->hdr->wire, 1u + (unsigned)sh->cfg.wire, __ATOMIC_RELEASE);
 
     sh->recv_off = 2 * (size_t)SHS_GROUP_MAX * SHS__HDR_BYTES;
     st = shs_region_alloc(sh->ctx, sh->recv_off + gm1 * sh->cfg.chunk * sizeof(float),
@@ -252,9 +279,10 @@ shs_status_t shs_shadow_create(shs_ctx_t *ctx, shs_region_t *model, size_t offse
     pthread_cond_init(&sh->cond, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&sh->lock, NULL);
-    SHS_DEBUG("shadow: %zu floats, algorithm %d, %s path, schedule %d (g %d), chunk %zu floats",
-              count, (int)sh->cfg.algo, sh->ops->name, (int)sh->cfg.sched.kind, sh->cfg.gmax,
-              sh->cfg.chunk);
+    SHS_DEBUG("shadow: %zu floats, algorithm %d, %s path, schedule %d (g %d), chunk %zu "
+              "floats, %s snapshots", count, (int)sh->cfg.algo, sh->ops->name,
+              (int)sh->cfg.sched.kind, sh->cfg.gmax, sh->cfg.chunk,
+              shs__bf16_wire(sh) ? "bf16" : "float32");
     shs__region_hold(model, "a shadow engine (its model)");
     *shadow_p = sh;
     return SHS_OK;

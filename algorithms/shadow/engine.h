@@ -47,6 +47,7 @@ typedef struct shs__pub_hdr {
     uint64_t pulling;  /* nonzero: the ring path fell back to the pull path (sticky) */
     uint64_t fence;    /* EASGD: the finish phases this rank has reached (path_easgd.c) */
     uint64_t failed[SHS__VIEW_WORDS]; /* the view's told words: gossip */
+    uint64_t wire;     /* 1 + shs_wire_t of the slots, set before the first publish */
 } shs__pub_hdr_t;
 
 #define SHS__HDR_BYTES sizeof(shs__pub_hdr_t)
@@ -96,6 +97,7 @@ typedef struct shs__shadow_cfg {
     int nap_pct;      /* SHS_SHADOW_NAP: share of a transfer's expected time slept */
     int want_channel; /* SHS_SHADOW_CHANNEL: -1 = allocated */
     size_t chunk;     /* floats per pulled piece */
+    int wire;         /* shs_wire_t of the published snapshots */
     int gmax;         /* the largest group */
 } shs__shadow_cfg_t;
 
@@ -139,7 +141,10 @@ struct shs_shadow {
     shs_region_t *pub;
     shs__pub_hdr_t *hdr;
     size_t slot_bytes;
-    float *slot[2];
+    float *slot[2];   /* bf16 wire: the slots hold uint16_t (shs__slot16) */
+    float *snap;      /* bf16 wire: this rank's published snapshot, decoded: what
+                         its mean and its apply use (private memory) */
+    float *dec;       /* bf16 wire: the receive chunks, decoded ((g - 1) chunks) */
     shs_region_t *scratch;
     uint8_t *scratch_mem;
     size_t recv_off; /* offset of the receive chunks in scratch */
@@ -193,6 +198,23 @@ static inline void shs__stat_add(_Atomic uint64_t *c, uint64_t v)
 static inline shs_status_t shs__first_error(shs_status_t a, shs_status_t b)
 {
     return a != SHS_OK ? a : b;
+}
+
+static inline bool shs__bf16_wire(const shs_shadow_t *sh)
+{
+    return sh->cfg.wire == SHS_WIRE_BF16;
+}
+
+/* Bytes per published element: 4, or 2 on a bf16 wire. */
+static inline size_t shs__wire_bytes(const shs_shadow_t *sh)
+{
+    return shs__bf16_wire(sh) ? 2 : sizeof(float);
+}
+
+/* This rank's round-r snapshot as float32: the slot, or its decoding. */
+static inline const float *shs__own_snapshot(const shs_shadow_t *sh, int s)
+{
+    return shs__bf16_wire(sh) ? sh->snap : sh->slot[s];
 }
 
 static inline bool shs__shadow_stop_requested(const shs_shadow_t *sh)

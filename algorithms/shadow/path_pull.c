@@ -9,6 +9,7 @@
 
 #include <shadowsync/rma.h>
 
+#include "algorithms/reduce.h"
 #include "algorithms/shadow/engine.h"
 #include "runtime/clock.h"
 
@@ -49,26 +50,27 @@ static size_t recv_loc(const shs_shadow_t *sh, const shs_group_t *grp, int k)
 
 /* acc[c0, c0 + len) = the mean of the m members in state PEER_OK: their
  * reads are posted together, then flushed and summed in ascending rank
- * order. A peer whose read fails is marked PEER_SKIP. */
+ * order (bf16 snapshots decoded first: the mean is taken in float32). A
+ * peer whose read fails is marked PEER_SKIP. */
 static shs_status_t pull_piece(shs_shadow_t *sh, const shs_group_t *grp, shs_region_t *src_reg,
                                size_t src_off, const float *own, size_t c0, size_t len, int m)
 {
     const float *xs[SHS_GROUP_MAX];
+    size_t wb = shs__wire_bytes(sh);
     int j = 0;
     for (int k = 0; k < grp->size; k++) {
         int p = grp->ranks[k];
         if (p == sh->rank || sh->state[p] != SHS__PEER_OK)
             continue;
         shs_status_t st = shs_read(sh->io, p, sh->scratch, recv_loc(sh, grp, k), src_reg,
-                                   src_off + c0 * sizeof(float), len * sizeof(float),
-                                   SHS_OP_SIGNAL);
+                                   src_off + c0 * wb, len * wb, SHS_OP_SIGNAL);
         if (st != SHS_OK) {
             sh->state[p] = SHS__PEER_SKIP;
             return st;
         }
     }
     uint64_t t_post = shs__now_ns();
-    size_t bytes = (size_t)(m - 1) * len * sizeof(float);
+    size_t bytes = (size_t)(m - 1) * len * wb;
     nap(sh, bytes);
     for (int k = 0; k < grp->size; k++) {
         int p = grp->ranks[k];
@@ -78,8 +80,14 @@ static shs_status_t pull_piece(shs_shadow_t *sh, const shs_group_t *grp, shs_reg
             shs_status_t st = shs__flush_peer(sh, p);
             if (st != SHS_OK)
                 return st;
-            shs__stat_add(&sh->st.bytes_read, len * sizeof(float));
-            xs[j++] = (const float *)(sh->scratch_mem + recv_loc(sh, grp, k));
+            shs__stat_add(&sh->st.bytes_read, len * wb);
+            const void *got = sh->scratch_mem + recv_loc(sh, grp, k);
+            if (shs__bf16_wire(sh)) {
+                float *d = sh->dec + (size_t)(j - (k > grp->index)) * sh->cfg.chunk;
+                shs__bf16_decode(d, got, len);
+                got = d;
+            }
+            xs[j++] = got;
         }
     }
     shs__ma_mean(sh->acc + c0, xs, j, len);
@@ -146,7 +154,8 @@ shs_status_t shs__round_pull(shs_shadow_t *sh, uint64_t r, const shs_group_t *gr
     shs__reset_states(sh, grp);
     for (;;) {
         err = shs__first_error(err, shs__wait_slot(sh, grp, r));
-        shs_status_t st = pull_mean(sh, grp, sh->pub, shs__slot_off(sh, s), sh->slot[s]);
+        shs_status_t st =
+            pull_mean(sh, grp, sh->pub, shs__slot_off(sh, s), shs__own_snapshot(sh, s));
         if (st == SHS_OK && shs__verify_stamps(sh, grp, r, &err))
             break;
         err = shs__first_error(err, st);
@@ -155,7 +164,10 @@ shs_status_t shs__round_pull(shs_shadow_t *sh, uint64_t r, const shs_group_t *gr
         reread_ok(sh, grp);
     }
     shs__shadow_note_read(sh, grp);
-    shs__apply_result(sh, sh->slot[s]);
+    /* against the snapshot the peers averaged (bf16: its decoding), so
+     * that the ranks' moves sum to zero; a bf16 rank keeps its own rounding
+     * residual (w - snapshot) in its model */
+    shs__apply_result(sh, shs__own_snapshot(sh, s));
     return err;
 }
 

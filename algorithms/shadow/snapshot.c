@@ -8,6 +8,7 @@
 
 #include <shadowsync/rma.h>
 
+#include "algorithms/reduce.h"
 #include "algorithms/shadow/engine.h"
 #include "runtime/clock.h"
 #include "runtime/log.h"
@@ -35,7 +36,9 @@ size_t shs__slot_off(const shs_shadow_t *sh, int s)
 /* Publish the live model as round r's snapshot in slot r mod 2 (seqlock
  * writer). Peers read the slot with RDMA READ; on x86 the device observes
  * these stores in program order, and the fences keep the compiler from
- * moving the data copy across the stamps. */
+ * moving the data copy across the stamps. On a bf16 wire the model is
+ * encoded once (the workers keep writing it) and this rank's own copy is
+ * the decoding of exactly what the peers will read. */
 void shs__publish(shs_shadow_t *sh, uint64_t r)
 {
     int s = (int)(r & 1);
@@ -43,7 +46,12 @@ void shs__publish(shs_shadow_t *sh, uint64_t r)
     uint64_t seq = h->seq[s];
     __atomic_store_n(&h->seq[s], seq + 1, __ATOMIC_RELAXED);
     atomic_thread_fence(memory_order_release);
-    memcpy(sh->slot[s], sh->w, sh->n * sizeof(float));
+    if (shs__bf16_wire(sh)) {
+        shs__bf16_encode((uint16_t *)(void *)sh->slot[s], sh->w, sh->n);
+        shs__bf16_decode(sh->snap, (const uint16_t *)(void *)sh->slot[s], sh->n);
+    } else {
+        memcpy(sh->slot[s], sh->w, sh->n * sizeof(float));
+    }
     atomic_thread_fence(memory_order_release);
     __atomic_store_n(&h->round[s], r, __ATOMIC_RELAXED);
     __atomic_store_n(&h->seq[s], seq + 2, __ATOMIC_RELEASE);
@@ -277,6 +285,20 @@ static uint8_t classify_slot(shs_shadow_t *sh, shs__hdr_wait_t *hw, int p,
     int s = (int)(hw->r & 1);
     note_published(sh, p, h);
     if (slot_written(h, s) && h->round[s] == hw->r) {
+        if (h->wire != sh->hdr->wire) {
+            /* its slots hold another format: reading them would average
+             * garbage. The peer sees the same difference and skips this
+             * rank too, so the sum stays whole. */
+            if (!sh->warned[p])
+                SHS_ERROR("shadow round %llu: peer %d publishes %s snapshots, this rank %s: "
+                          "every rank must use the same SHS_SHADOW_WIRE; going on without "
+                          "it", (unsigned long long)hw->r, p,
+                          h->wire == 1u + SHS_WIRE_BF16 ? "bf16" : "float32",
+                          shs__bf16_wire(sh) ? "bf16" : "float32");
+            sh->warned[p] = true;
+            hw->err = shs__first_error(hw->err, SHS_ERR_SIZE_MISMATCH);
+            return skip_stopped(sh);
+        }
         sh->seen_seq[p] = h->seq[s];
         return SHS__PEER_OK;
     }

@@ -167,11 +167,6 @@ enum {
     SHS_COLL_PARAM_WIRE = 1u << 7
 };
 
-/* What a collective's float32 data looks like on the wire (see Wire). */
-typedef enum shs_wire {
-    SHS_WIRE_NATIVE = 0,    /* the element type itself: exact */
-    SHS_WIRE_BF16 = 1       /* bfloat16: half the bytes, reduced in float32 */
-} shs_wire_t;
 
 typedef struct shs_coll_params {
     uint64_t field_mask;  /* SHS_COLL_PARAM_* bits of the fields below that are set */

@@ -9,4 +9,11 @@
 #define SHS_API
 #endif
 
+/* What float32 data looks like on the wire: a collective's chunks
+ * (collective.h, Wire), a shadow engine's snapshots (shadow.h, Wire). */
+typedef enum shs_wire {
+    SHS_WIRE_NATIVE = 0,    /* the element type itself: exact */
+    SHS_WIRE_BF16 = 1       /* bfloat16: half the bytes, summed in float32 */
+} shs_wire_t;
+
 #endif /* SHADOWSYNC_DEFS_H */

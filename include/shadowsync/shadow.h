@@ -48,6 +48,22 @@
  *                     the mean of the ranks' models at shs_shadow_create.
  *                     Default alpha = 0.5/N. Pull path only.
  *
+ * Wire (shs_shadow_params_t.wire, SHS_SHADOW_WIRE). SHS_WIRE_BF16 publishes
+ * each snapshot as bfloat16 (rounded to nearest even): every round reads
+ * half the bytes. Each member decodes what it reads and takes the mean in
+ * float32, and a rank applies the result against the decoding of its own
+ * published snapshot, w += result - bf16(snapshot), not against its float32
+ * model: the members' moves still sum to zero (the group's sum is kept to
+ * float32 rounding, as with float32 snapshots), and each rank keeps its own
+ * rounding residual (at most 2^-8 of each value) in its model, where the
+ * next round publishes it again. So the replicas agree to bf16 precision,
+ * not exactly; shs_shadow_finish makes them equal (it averages in float32).
+ * MA and BMUF on the pull path only (other combinations: SHS_ERR_UNSUPPORTED).
+ * Every rank must use the same wire: shs_shadow_create fails with
+ * SHS_ERR_SIZE_MISMATCH where the slot sizes differ, and otherwise (tiny
+ * models) each rank skips the peers whose header shows the other format,
+ * and the round returns SHS_ERR_SIZE_MISMATCH.
+ *
  * Failures. A peer counts as failed when the transport failed it (rma.h) or
  * when a living peer's published header says so, which spreads a failure to
  * every survivor within a few rounds. Failure is sticky: the engine logs the
@@ -127,7 +143,8 @@ enum {
     SHS_SHADOW_PARAM_BMUF_NESTEROV = 1u << 7,
     SHS_SHADOW_PARAM_EASGD_ALPHA = 1u << 8,
     SHS_SHADOW_PARAM_WAIT_TIMEOUT = 1u << 9,
-    SHS_SHADOW_PARAM_CHUNK = 1u << 10
+    SHS_SHADOW_PARAM_CHUNK = 1u << 10,
+    SHS_SHADOW_PARAM_WIRE = 1u << 11
 };
 
 /*
@@ -158,6 +175,8 @@ typedef struct shs_shadow_params {
                                          inbox credit; default SHS_SHADOW_WAIT_MS */
     size_t chunk_bytes;               /* pull granularity (bounds the receive buffers:
                                          (g - 1) chunks); default SHS_SHADOW_CHUNK */
+    int wire;                         /* shs_wire_t of the published snapshots (see
+                                         Wire); default SHS_SHADOW_WIRE */
 } shs_shadow_params_t;
 
 /* Statistics (shs_shadow_stats). Times in microseconds. Counters are

@@ -31,6 +31,14 @@
  *              second finish is refused
  *   bmuf       FR-BMUF with identical replicas plus per-rank offsets: one
  *              round gives the BMUF step of the mean (checked by hand rule)
+ *   wire-mismatch  rank 0 publishes bf16 snapshots, the others float32: for
+ *              a model of 16 floats (both slot sizes round to 64 bytes) one
+ *              FR-MA round fails with SHS_ERR_SIZE_MISMATCH on every rank,
+ *              rank 0 keeps its model, the others take the mean of theirs
+ *              (nobody averages a snapshot it cannot read); for a larger
+ *              model shs_shadow_create itself fails on every rank
+ * With SHS_SHADOW_WIRE=bf16 in the environment the cases run on bf16
+ * snapshots (CMake runs conserve and stop-conserve so).
  *
  * Exit status: 0 pass, 1 fail, 77 no RDMA device.
  */
@@ -580,6 +588,43 @@ static void case_conserve(shs_ctx_t *ctx, shs_region_t *model, bool staggered)
     shs_region_destroy(res);
 }
 
+/* ------------------------------------------------------- wire mismatch */
+
+static void case_wire_mismatch(shs_ctx_t *ctx, shs_region_t *model)
+{
+    int n = shs_ctx_size(ctx);
+    float *w = shs_region_addr(model);
+    shs_shadow_params_t p = base_params(SHS_SHADOW_MA);
+    p.field_mask |= SHS_SHADOW_PARAM_WIRE;
+    p.wire = g_rank == 0 ? SHS_WIRE_BF16 : SHS_WIRE_NATIVE;
+    shs_shadow_t *sh;
+    const size_t tiny = 16;
+    fill(w, g_rank);
+    CHECK_OK(shs_shadow_create(ctx, model, 0, tiny, &p, &sh));
+    shs_status_t st = shs_shadow_sync(sh);
+    if (st != SHS_ERR_SIZE_MISMATCH)
+        fail("wire-mismatch: the round returned %s, expected SHS_ERR_SIZE_MISMATCH",
+             shs_status_string(st));
+    for (size_t i = 0; i < tiny; i++) {
+        double want = 0;
+        if (g_rank == 0) {
+            want = value(0, i);
+        } else {
+            for (int r = 1; r < n; r++)
+                want += value(r, i);
+            want /= n - 1;
+        }
+        if (fabs(w[i] - want) > 1e-5 * (fabs(want) + 1))
+            fail("wire-mismatch: element %zu is %.9g, expected %.9g", i, (double)w[i], want);
+    }
+    CHECK_OK(shs_ctx_barrier(ctx));
+    shs_shadow_destroy(sh);
+    st = shs_shadow_create(ctx, model, 0, N_ELEMS, &p, &sh);
+    if (st != SHS_ERR_SIZE_MISMATCH)
+        fail("wire-mismatch: create of %d floats returned %s, expected SHS_ERR_SIZE_MISMATCH",
+             N_ELEMS, shs_status_string(st));
+}
+
 /* ---------------------------------------------------------------- BMUF */
 
 static void case_bmuf(shs_ctx_t *ctx, shs_region_t *model)
@@ -663,6 +708,8 @@ int main(int argc, char **argv)
         case_fr_easgd(ctx, model);
     else if (strcmp(which, "bmuf") == 0)
         case_bmuf(ctx, model);
+    else if (strcmp(which, "wire-mismatch") == 0)
+        case_wire_mismatch(ctx, model);
     else
         fail("unknown case %s", which);
     CHECK_OK(shs_ctx_barrier(ctx));

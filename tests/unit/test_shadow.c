@@ -2,12 +2,14 @@
  * Unit tests of the shadow engine's update rules (algorithms/rules.h) against
  * values computed by hand: the MA mean, one BMUF step, one EASGD step with
  * the owner's center update, the center slicing, and the delta application
- * keeping a write made after the snapshot.
+ * keeping a write made after the snapshot, and the bf16 snapshot rule
+ * (shadow.h, Wire) conserving the ranks' sum.
  */
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
 
+#include "algorithms/reduce.h"
 #include "algorithms/rules.h"
 #include "unit.h"
 
@@ -199,6 +201,66 @@ START_TEST(test_delta_keeps_concurrent_write)
 }
 END_TEST
 
+/* bf16 snapshots (shadow.h, Wire): each rank publishes s_k = bf16(w_k),
+ * all take the float32 mean a of the s_k, and each applies a against its
+ * own s_k: w_k' = a + (w_k - s_k). The ranks' moves a - s_k sum to
+ * n a - sum s_k, zero but for the mean's float32 rounding, so the sum over
+ * ranks is kept to float32 rounding (as with float32 snapshots), and each
+ * rank keeps its rounding residual w_k - s_k. Applying against the float32
+ * model instead (w_k' = a) would lose every residual: the sum moves by
+ * sum (w_k - s_k), far outside that bound, which the last check shows. */
+START_TEST(test_bf16_snapshot_rule_conserves_the_sum)
+{
+    enum { N = 5000, R = 4 };
+    static float w[R][N], s16[R][N], a[N], naive[N];
+    static uint16_t pub[N];
+    uint32_t x = 7;
+    for (int k = 0; k < R; k++) {
+        for (size_t i = 0; i < N; i++) {
+            x = x * 1664525u + 1013904223u;
+            double mag = ldexp(1.0, (int)(x >> 28) - 4); /* 2^-4 .. 2^11 */
+            w[k][i] = (float)(mag * ((double)(x & 0xffffu) / 65536.0 - 0.3));
+        }
+        shs__bf16_encode(pub, w[k], N); /* what rank k publishes */
+        shs__bf16_decode(s16[k], pub, N);
+    }
+    const float *xs[R] = {s16[0], s16[1], s16[2], s16[3]};
+    shs__ma_mean(a, xs, R, N);
+    double before[N], resid[R][N];
+    for (size_t i = 0; i < N; i++) {
+        before[i] = 0;
+        for (int k = 0; k < R; k++) {
+            before[i] += w[k][i];
+            resid[k][i] = (double)w[k][i] - s16[k][i];
+        }
+    }
+    for (int k = 0; k < R; k++)
+        shs__delta_apply(w[k], a, s16[k], N);
+    size_t naive_off = 0;
+    for (size_t i = 0; i < N; i++) {
+        double after = 0, abs_sum = 0, lost = 0;
+        for (int k = 0; k < R; k++) {
+            after += w[k][i];
+            abs_sum += fabs(w[k][i]);
+            lost += resid[k][i];
+            /* the rank kept its own residual (one float32 rounding) */
+            double kept = (double)w[k][i] - a[i];
+            ck_assert_msg(fabs(kept - resid[k][i]) <= ldexp(fabs(w[k][i]), -24),
+                          "rank %d element %zu: residual %a became %a", k, i, resid[k][i],
+                          kept);
+        }
+        double bound = ldexp((R + 1) * abs_sum, -23);
+        ck_assert_msg(fabs(after - before[i]) <= bound,
+                      "element %zu: sum %.9g became %.9g (bound %.3g)", i, before[i], after,
+                      bound);
+        naive[i] = a[i];
+        naive_off += fabs(R * (double)naive[i] - before[i]) > bound && fabs(lost) > bound;
+    }
+    ck_assert_msg(naive_off > N / 2, "applying against the float32 model kept the sum at %zu "
+                  "of %d elements: the check would not see the wrong rule", N - naive_off, N);
+}
+END_TEST
+
 Suite *shadow_suite(void)
 {
     Suite *s = suite_create("shadow");
@@ -211,6 +273,7 @@ Suite *shadow_suite(void)
     tcase_add_test(tc, test_easgd_step_and_center);
     tcase_add_test(tc, test_easgd_slices);
     tcase_add_test(tc, test_delta_keeps_concurrent_write);
+    tcase_add_test(tc, test_bf16_snapshot_rule_conserves_the_sum);
     suite_add_tcase(s, tc);
     return s;
 }
