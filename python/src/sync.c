@@ -42,17 +42,32 @@ static int opt_int(PyObject *o, int *out, uint64_t bit, uint64_t *mask)
     return 0;
 }
 
+/* None (the knob's), "native" or "bf16" as an shs_wire_t field */
+static int opt_wire(const char *who, const char *s, int *out, uint64_t bit, uint64_t *mask)
+{
+    if (s == NULL)
+        return 0;
+    if (strcmp(s, "native") == 0 || strcmp(s, "bf16") == 0) {
+        *out = strcmp(s, "bf16") == 0 ? SHS_WIRE_BF16 : SHS_WIRE_NATIVE;
+        *mask |= bit;
+        return 0;
+    }
+    PyErr_Format(PyExc_ValueError, "%s: wire is 'native' or 'bf16', not '%s'", who, s);
+    return -1;
+}
+
 static int coll_init(shspy_coll_t *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"context", "stage_bytes", "slot_bytes", "slots", "timeout_ms",
-                             NULL};
+                             "wire", NULL};
     PyObject *ctx, *stage = Py_None, *slot = Py_None, *slots = Py_None, *tmo = Py_None;
+    const char *wire = NULL;
     if (self->coll != NULL) {
         PyErr_SetString(PyExc_TypeError, "Collective: already initialized");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|$OOOO", kwlist, &shspy_ctx_type, &ctx,
-                                     &stage, &slot, &slots, &tmo))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|$OOOOz", kwlist, &shspy_ctx_type, &ctx,
+                                     &stage, &slot, &slots, &tmo, &wire))
         return -1;
     shspy_ctx_t *c = (shspy_ctx_t *)ctx;
     if (shspy_ctx_open(c, "Collective: the context is closed") != 0)
@@ -62,7 +77,8 @@ static int coll_init(shspy_coll_t *self, PyObject *args, PyObject *kw)
     if (opt_size(stage, &p.stage_bytes, SHS_COLL_PARAM_STAGE_BYTES, &p.field_mask) != 0 ||
         opt_size(slot, &p.slot_bytes, SHS_COLL_PARAM_SLOT_BYTES, &p.field_mask) != 0 ||
         opt_int(slots, &p.slots, SHS_COLL_PARAM_SLOTS, &p.field_mask) != 0 ||
-        opt_int(tmo, &p.timeout_ms, SHS_COLL_PARAM_TIMEOUT, &p.field_mask) != 0)
+        opt_int(tmo, &p.timeout_ms, SHS_COLL_PARAM_TIMEOUT, &p.field_mask) != 0 ||
+        opt_wire("Collective", wire, &p.wire, SHS_COLL_PARAM_WIRE, &p.field_mask) != 0)
         return -1;
     shs_status_t st;
     shs_coll_t *coll = NULL;
@@ -298,23 +314,23 @@ static int shadow_init(shspy_shadow_t *self, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"context", "region", "offset", "count", "algorithm", "schedule",
                              "path", "min_interval", "pin_cpus", "bmuf_eta", "bmuf_zeta",
                              "bmuf_nesterov", "easgd_alpha", "wait_timeout_ms", "chunk_bytes",
-                             NULL};
+                             "wire", NULL};
     static const char *const algs[] = {"ma", "bmuf", "easgd"};
     static const char *const paths[] = {"pull", "ring", "live"};
     PyObject *ctx, *region, *count = Py_None, *sched = Py_None, *eta = Py_None,
                            *zeta = Py_None, *nest = Py_None, *alpha = Py_None,
                            *wait = Py_None, *chunk = Py_None;
     Py_ssize_t offset = 0;
-    const char *alg = "ma", *path = "pull", *pin = NULL;
+    const char *alg = "ma", *path = "pull", *pin = NULL, *wire = NULL;
     double interval = 0;
     if (self->sh != NULL) {
         PyErr_SetString(PyExc_TypeError, "Shadow: already initialized");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!|$nOsOsdzOOOOOO", kwlist, &shspy_ctx_type,
-                                     &ctx, &shspy_region_type, &region, &offset, &count, &alg,
-                                     &sched, &path, &interval, &pin, &eta, &zeta, &nest, &alpha,
-                                     &wait, &chunk))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!|$nOsOsdzOOOOOOz", kwlist,
+                                     &shspy_ctx_type, &ctx, &shspy_region_type, &region, &offset,
+                                     &count, &alg, &sched, &path, &interval, &pin, &eta, &zeta,
+                                     &nest, &alpha, &wait, &chunk, &wire))
         return -1;
     shspy_ctx_t *c = (shspy_ctx_t *)ctx;
     shspy_region_t *r = (shspy_region_t *)region;
@@ -375,7 +391,8 @@ static int shadow_init(shspy_shadow_t *self, PyObject *args, PyObject *kw)
         p.field_mask |= SHS_SHADOW_PARAM_BMUF_NESTEROV;
     }
     if (opt_int(wait, &p.wait_timeout_ms, SHS_SHADOW_PARAM_WAIT_TIMEOUT, &p.field_mask) != 0 ||
-        opt_size(chunk, &p.chunk_bytes, SHS_SHADOW_PARAM_CHUNK, &p.field_mask) != 0)
+        opt_size(chunk, &p.chunk_bytes, SHS_SHADOW_PARAM_CHUNK, &p.field_mask) != 0 ||
+        opt_wire("Shadow", wire, &p.wire, SHS_SHADOW_PARAM_WIRE, &p.field_mask) != 0)
         return -1;
     if (offset < 0 || offset % 4 != 0 || (size_t)offset >= r->len) {
         PyErr_Format(PyExc_ValueError,

@@ -57,6 +57,25 @@ def test_allreduce_equals_the_reference_sum(ctx, coll, n):
     region.close()
 
 
+def test_bf16_wire_within_its_bound(ctx):
+    # collective.h, Wire: n (2^-8 + 2^-23) (1 + 2^-7)^n sum |x|; identical everywhere
+    n, size = 10_007, ctx.size
+    coll = shadowsync.Collective(ctx, wire="bf16")
+    xs = [rank_data(r, n) for r in range(size)]
+    x = xs[ctx.rank].copy()
+    coll.allreduce(x)
+    exact = sum(v.astype(np.float64) for v in xs)
+    bound = size * (2.0 ** -8 + 2.0 ** -23) * (1 + 2.0 ** -7) ** size \
+        * sum(np.abs(v.astype(np.float64)) for v in xs)
+    assert (np.abs(x - exact) <= bound).all()
+    assert not np.array_equal(x, exact.astype(np.float32))  # it did round
+    # bf16 values: the low 16 bits are zero on every rank
+    assert not (x.view(np.uint32) & 0xffff).any()
+    with pytest.raises(ValueError, match="wire is"):
+        shadowsync.Collective(ctx, wire="fp8")
+    coll.close()
+
+
 def test_allreduce_in_a_group(ctx, coll):
     group = [0, 1] if ctx.rank < 2 else list(range(2, ctx.size))
     x = np.full(10, float(ctx.rank + 1), dtype=np.float64)

@@ -3,7 +3,7 @@
     ctr_tradeoff_report.py OUT [--page FILE | --no-page]
 
 OUT holds <label>.rank<r>.json from shs-ctr (labels none.r<k>,
-s-ma.i<us>.r<k>, fr-ma.k<examples>.r<k>) and ctr-tradeoff.run (date, where,
+s-ma.i<us>.r<k>, s-ma-bf16.i<us>.r<k>, fr-ma.k<examples>.r<k>) and ctr-tradeoff.run (date, where,
 command). Each configuration's EPS is divided by the no-sync EPS of the same
 repetition; the table gives medians over the repetitions. Prints it and
 writes the block ctr-tradeoff of docs/results/ctr-tradeoff.md.
@@ -19,18 +19,23 @@ from . import load_runs, results_page
 from .sweeps import tradeoff_rows
 
 
+ORDER = {"s-ma": 0, "s-ma-bf16": 1, "fr-ma": 2}
+
+
 def key(k):
-    m = re.match(r"(s-ma|fr-ma)\.[ik](\d+)", k)
-    return (0 if m.group(1) == "s-ma" else 1, int(m.group(2))) if m else (2, 0)
+    m = re.match(r"(s-ma|s-ma-bf16|fr-ma)\.[ik](\d+)", k)
+    return (int(m.group(2)), ORDER[m.group(1)]) if m and m.group(1) != "fr-ma" else \
+        ((10 ** 12, ORDER[m.group(1)], int(m.group(2))) if m else (10 ** 13, 0))
 
 
 def pretty(k):
-    m = re.match(r"(s-ma|fr-ma)\.([ik])(\d+)", k)
+    m = re.match(r"(s-ma|s-ma-bf16|fr-ma)\.([ik])(\d+)", k)
     if not m:
         return k
     v = int(m.group(3))
     if m.group(2) == "i":
-        return "S-MA back to back" if v == 0 else "S-MA, rounds >= %g s apart" % (v / 1e6)
+        name = "S-MA bf16" if m.group(1) == "s-ma-bf16" else "S-MA"
+        return f"{name} back to back" if v == 0 else f"{name}, rounds >= {v / 1e6:g} s apart"
     return "FR-MA every %d examples/worker" % v
 
 
