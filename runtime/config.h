@@ -62,7 +62,8 @@ typedef struct shs__config {
     size_t read_inflight;      /* SHS_READ_INFLIGHT READ bytes outstanding per QP (0 = no cap) */
     size_t msg_size;           /* SHS_MSG_SIZE bytes per receive buffer (0 = no two-sided messages) */
     int op_timeout_ms;         /* SHS_OP_TIMEOUT_MS bound on any wait for completions */
-    int poll_spin;             /* SHS_POLL_SPIN empty polls before a wait sleeps */
+    int poll_spin;             /* SHS_POLL_SPIN empty polls before a wait sleeps (-1 auto,
+                                  resolved by the context once its mesh is up) */
     /* memory (runtime/knobs.c) */
     shs__tristate_t hugepages; /* SHS_HUGEPAGES auto|on|off */
     /* logging (runtime/knobs.c) */
@@ -100,6 +101,9 @@ shs_status_t shs__config_load_from(shs__config_t *cfg, shs__getenv_fn getenv_fn)
 
 /* A CPU list such as "3", "2-3" or "0,2-3" (no spaces). */
 bool shs__cpulist_valid(const char *s);
+/* SHS_POLL_SPIN=auto when this host's ranks have a CPU each. */
+#define SHS__POLL_SPIN_OWN 2000
+
 /* What a shadow thread may be pinned to: "auto", "none" or a CPU list. */
 bool shs__pin_spec_valid(const char *s);
 

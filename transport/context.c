@@ -1,5 +1,6 @@
 /* The context: bootstrap, device, mesh of connections, event thread. */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,6 +118,27 @@ static void mesh_down(shs_ctx_t *ctx)
     shs__mesh_free(ctx);
 }
 
+/* SHS_POLL_SPIN=auto, once the mesh is up: spin SHS__POLL_SPIN_OWN polls
+ * when the ranks that share this rank's device address (the ranks of this
+ * host on this NIC: they compete for its CPUs) are at most the CPUs this
+ * process may run on, else nap at once (transport/knobs.c says why). */
+static void resolve_spin(shs_ctx_t *ctx)
+{
+    if (ctx->cfg.poll_spin >= 0)
+        return;
+    char mine[64];
+    shs__gid_to_string(ctx->gid.gid, mine, sizeof(mine));
+    int local = 1, cpus = 1;
+    for (int r = 0; r < ctx->size; r++)
+        local += r != ctx->rank && strcmp(ctx->peers[r].addr, mine) == 0;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+        cpus = CPU_COUNT(&set);
+    ctx->cfg.poll_spin = local <= cpus ? SHS__POLL_SPIN_OWN : 0;
+    SHS_DEBUG("SHS_POLL_SPIN=auto: %d rank(s) on %s, %d CPU(s): spin %d", local, mine, cpus,
+              ctx->cfg.poll_spin);
+}
+
 shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p)
 {
     shs_status_t status;
@@ -156,6 +178,7 @@ shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p)
     status = shs__async_start(ctx);
     if (status != SHS_OK)
         goto err_mesh_down;
+    resolve_spin(ctx);
 
     SHS_INFO("rank %d of %d: %d connection(s) up over %s (%s)", ctx->rank, ctx->size,
              ctx->nconns, ctx->dev_name,

@@ -94,14 +94,19 @@ static const shs__knob_t transport_knobs[] = {
      * QP retries report a dead peer in ~0.5 s; 10 s tells slow from dead. */
     SHS_KNOB_INT("SHS_OP_TIMEOUT_MS", op_timeout_ms, "10000", 1, SHS_KNOB_MS_MAX,
                  "bound on any wait for completions (ms)"),
-    /* 2000: a completion microseconds away is caught by polling, and a few
-     * waiting ranks on few cores (the emulated guest) still let the one that
-     * must make progress run. A latency-bound job that owns its cores (or a
-     * peer in another machine, where nothing local needs the CPU) wants more:
-     * polls cost ~0.1 us on hardware, so 2000 polls is ~0.2 ms. */
-    SHS_KNOB_INT("SHS_POLL_SPIN", poll_spin, "2000", 0, 1 << 30,
-                 "empty polls of a wait for completions before it starts sleeping (1 us doubling "
-                 "to 50 us)"),
+    /* auto: 2000 (SHS__POLL_SPIN_OWN) when this host's ranks on the device
+     * have a CPU each, else 0 (context.c, resolve_spin). 2000 polls are
+     * ~0.2 ms on hardware: a completion microseconds away is caught by
+     * polling. With more ranks than CPUs a spinning rank holds the CPU that
+     * another rank (or the kernel work of a software device, which runs in
+     * the posting rank's system call) needs: 4 ranks in a 2-CPU Soft-RoCE
+     * guest, 1 MiB allreduce, p50 82/79 ms spinning 2000 against 75/76 ms
+     * napping at once; 16 MiB 1080 against 1052 ms (2026-12-06). A
+     * latency-bound job that owns its cores wants more. */
+    SHS_KNOB_INT_AUTO("SHS_POLL_SPIN", poll_spin, "auto", 0, 1 << 30,
+                      "empty polls of a wait for completions before it starts sleeping (1 us "
+                      "doubling to 50 us): auto (2000 when this host's ranks on the device have "
+                      "a CPU each, else 0) or a count"),
 };
 
 static shs_status_t transport_finish(shs__config_t *cfg, shs__getenv_fn getenv_fn, bool verbose)

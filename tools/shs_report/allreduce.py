@@ -7,11 +7,16 @@ mpi.n<N>.txt, ds.n<N>.txt, wire.n<N>.cli*.txt). Prints busbw of the median
 call against Gloo and Open MPI, DS-Sync rounds against the full allreduce,
 the wire limit and the goals of issue 5; then writes the block
 allreduce-mtu<M> of docs/results/allreduce.md (dated, with the machine and
-CMD). Python 3 standard library only.
+CMD). With --rounds, RES holds r<R>.<ours|gloo>.n<N>.<size>.txt of
+allreduce-compare --rounds instead, and the block is allreduce-rounds-mtu<M>:
+per round Gloo's median call over our p50, their median over the rounds, and
+our p99/p50 against Gloo's max/median. Python 3 standard library only.
 """
 import argparse
 import glob
 import os
+import re
+import statistics
 
 from . import results_page
 
@@ -149,6 +154,76 @@ def report(res):
     return "\n".join(out), "\n".join(page)
 
 
+def round_rows(res):
+    """{(n, size): {round: {"ours": (p50, p99), "gloo": (median, max)}}} and
+    {round: the tool that ran first} from the r<R>.<tool>.n<N>.<size>.txt of
+    --rounds (p99 is the max below 100 calls)."""
+    got, first = {}, {}
+    for p in glob.glob(os.path.join(res, "r*.*.n*.*.txt")):
+        m = re.match(r"r(\d+)\.(ours|gloo)\.n(\d+)\.[^.]+\.txt$", os.path.basename(p))
+        if not m:
+            continue
+        rnd, tool, n = int(m.group(1)), m.group(2), int(m.group(3))
+        first[rnd] = "ours" if rnd % 2 == 1 else "gloo"
+        with open(p, encoding="utf-8") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) == 10 and not line.startswith("#") and fields[0].isdigit():
+                    got.setdefault((n, int(fields[0])), {}).setdefault(rnd, {})[tool] = (
+                        float(fields[8]), float(fields[9]))
+    return got, first
+
+
+def rounds_report(res):
+    """(text, markdown) of --rounds: per round Gloo median / ours p50, the
+    median over the rounds, ours p99/p50 against Gloo max/median."""
+    got, first = round_rows(res)
+    out = ["\n== ours against Gloo over rounds (ours first in odd rounds); ratio = Gloo median "
+           "call / ours p50 (> 1: ours faster)",
+           f"{'N':>2} {'size':>7} {'round':>5} {'first':>5} {'ours p50':>10} {'gloo med':>10} "
+           f"{'ratio':>6} {'ours p99/p50':>12} {'gloo max/med':>12}"]
+    page = ["| N | size | round | first | ours p50 (us) | Gloo median (us) | Gloo / ours | "
+            "ours p99/p50 | Gloo max/median |",
+            "| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    summary = ["", "Over the rounds (medians):", "",
+               "| N | size | rounds | Gloo / ours | ours p99/p50 | Gloo max/median |",
+               "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for (n, s) in sorted(got):
+        ratios, so, sg = [], [], []
+        for rnd in sorted(got[(n, s)]):
+            r = got[(n, s)][rnd]
+            o, g = r.get("ours"), r.get("gloo")
+            ratio = g[0] / o[0] if o and g else None
+            spo = o[1] / o[0] if o else None
+            spg = g[1] / g[0] if g else None
+            for v, acc in ((ratio, ratios), (spo, so), (spg, sg)):
+                if v is not None:
+                    acc.append(v)
+            out.append(f"{n:>2} {human(s):>7} {rnd:>5} {first[rnd]:>5} "
+                       f"{cell(o[0] if o else None, '{:10.0f}')} "
+                       f"{cell(g[0] if g else None, '{:10.0f}')} {cell(ratio, '{:6.2f}')} "
+                       f"{cell(spo, '{:12.2f}')} {cell(spg, '{:12.2f}')}")
+            page.append(f"| {n} | {human(s)} | {rnd} | {first[rnd]} | "
+                        f"{md(o[0] if o else None, '{:.0f}')} | "
+                        f"{md(g[0] if g else None, '{:.0f}')} | {md(ratio)} | {md(spo)} | "
+                        f"{md(spg)} |")
+
+        def med(xs):
+            return statistics.median(xs) if xs else None
+        out.append(f"{n:>2} {human(s):>7} {'median':>11} {'':>21} {cell(med(ratios), '{:6.2f}')} "
+                   f"{cell(med(so), '{:12.2f}')} {cell(med(sg), '{:12.2f}')}")
+        summary.append(f"| {n} | {human(s)} | {len(got[(n, s)])} | {md(med(ratios))} | "
+                       f"{md(med(so))} | {md(med(sg))} |")
+    notes = []
+    for p in sorted(glob.glob(os.path.join(res, "r*.rc"))):
+        with open(p, encoding="utf-8") as f:
+            rc = f.read().strip()
+        out.append(f"note: {os.path.basename(p)[:-3]} exited with {rc} (see {p[:-3]}.err)")
+        notes.append(f"- note: {os.path.basename(p)[:-3]} exited with {rc}")
+    return "\n".join(out), "\n".join(summary[1:] + ([""] + notes if notes else []) +
+                                      ["", "Per round:", ""] + page)
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("res")
@@ -156,16 +231,35 @@ def main(argv):
     ap.add_argument("--command", default="tools/allreduce-compare")
     ap.add_argument("--page", default=results_page.page_path("allreduce.md"))
     ap.add_argument("--no-page", action="store_true")
+    ap.add_argument("--rounds", action="store_true",
+                    help="the runs of --rounds: block allreduce-rounds-mtu<M>")
     a = ap.parse_args(argv)
+    if a.rounds:
+        return main_rounds(a)
     text, table = report(a.res)
     print(text)
-    if not a.no_page:
-        head = (f"Measured {results_page.today()} on {results_page.machine()}, all ranks "
-                f"in one guest, guest MTU {a.mtu}; float sum, busbw (MB/s) of the median "
-                f"call. Command: `{a.command}`.\n\n")
-        path = results_page.write_block(a.page, f"allreduce-mtu{a.mtu}", head + table,
-                                        "tools/allreduce-compare",
-                                        title="Allreduce: shadowsync, Gloo and Open MPI")
-        print(f"allreduce-compare: wrote block allreduce-mtu{a.mtu} of {path}")
+    write_page(a, "allreduce", "float sum, busbw (MB/s) of the median call", table)
     return 0
 
+
+def write_page(a, block, what, table):
+    """The dated block <block>-mtu<M> of the page (unless --no-page)."""
+    if a.no_page:
+        return
+    head = (f"Measured {results_page.today()} on {results_page.machine()}, all ranks in one "
+            f"guest, guest MTU {a.mtu}; {what}. Command: `{a.command}`.\n\n")
+    name = f"{block}-mtu{a.mtu}"
+    path = results_page.write_block(a.page, name, head + table, "tools/allreduce-compare",
+                                    title="Allreduce: shadowsync, Gloo and Open MPI")
+    print(f"allreduce-compare: wrote block {name} of {path}")
+
+
+def main_rounds(a):
+    text, table = rounds_report(a.res)
+    print(text)
+    write_page(a, "allreduce-rounds",
+               "float sum, ours (zero-copy region) against Gloo's ibverbs "
+               "AllreduceRingChunked, the order alternating (ours first in odd rounds); Gloo / "
+               "ours = Gloo's median call over our p50 (> 1: ours faster); p99 is the max below "
+               "100 calls", table)
+    return 0
