@@ -160,7 +160,7 @@ def round_rows(res):
     --rounds (p99 is the max below 100 calls)."""
     got, first = {}, {}
     for p in glob.glob(os.path.join(res, "r*.*.n*.*.txt")):
-        m = re.match(r"r(\d+)\.(ours|gloo)\.n(\d+)\.[^.]+\.txt$", os.path.basename(p))
+        m = re.match(r"r(\d+)\.(ours|bf16|gloo)\.n(\d+)\.[^.]+\.txt$", os.path.basename(p))
         if not m:
             continue
         rnd, tool, n = int(m.group(1)), m.group(2), int(m.group(3))
@@ -185,14 +185,20 @@ def rounds_report(res):
     page = ["| N | size | round | first | ours p50 (us) | Gloo median (us) | Gloo / ours | "
             "ours p99/p50 | Gloo max/median |",
             "| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    bf16 = any("bf16" in r for rounds in got.values() for r in rounds.values())
     summary = ["", "Over the rounds (medians):", "",
-               "| N | size | rounds | Gloo / ours | ours p99/p50 | Gloo max/median |",
-               "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+               "| N | size | rounds | Gloo / ours | ours p99/p50 | Gloo max/median |" +
+               (" Gloo / ours bf16 | ours bf16 p99/p50 |" if bf16 else ""),
+               "| ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if bf16 else "")]
     for (n, s) in sorted(got):
-        ratios, so, sg = [], [], []
+        ratios, so, sg, rb, sb = [], [], [], [], []
         for rnd in sorted(got[(n, s)]):
             r = got[(n, s)][rnd]
-            o, g = r.get("ours"), r.get("gloo")
+            o, g, b = r.get("ours"), r.get("gloo"), r.get("bf16")
+            if b and g:
+                rb.append(g[0] / b[0])
+            if b:
+                sb.append(b[1] / b[0])
             ratio = g[0] / o[0] if o and g else None
             spo = o[1] / o[0] if o else None
             spg = g[1] / g[0] if g else None
@@ -213,7 +219,8 @@ def rounds_report(res):
         out.append(f"{n:>2} {human(s):>7} {'median':>11} {'':>21} {cell(med(ratios), '{:6.2f}')} "
                    f"{cell(med(so), '{:12.2f}')} {cell(med(sg), '{:12.2f}')}")
         summary.append(f"| {n} | {human(s)} | {len(got[(n, s)])} | {md(med(ratios))} | "
-                       f"{md(med(so))} | {md(med(sg))} |")
+                       f"{md(med(so))} | {md(med(sg))} |" +
+                       (f" {md(med(rb))} | {md(med(sb))} |" if bf16 else ""))
     notes = []
     for p in sorted(glob.glob(os.path.join(res, "r*.rc"))):
         with open(p, encoding="utf-8") as f:
