@@ -203,6 +203,8 @@ static int cmp_double(const void *a, const void *b)
 typedef struct bench {
     shs_ctx_t *ctx;
     shs_coll_t *coll;
+    shs_coll_t *meta;      /* the bench's own sums (times, wrong counts): float64 on
+                              a native wire, whatever SHS_COLL_WIRE says */
     int rank, size;
     opts_t o;
     shs_region_t *region;
@@ -253,7 +255,7 @@ static int run_size(bench_t *b, size_t bytes, int *wrong_total)
         if ((st = one_call(b, round++, count)) != SHS_OK)
             return die(b->rank, "allreduce (check)", st);
         wrong = (double)count_wrong(buf, b->o.dtype, b->o.op, count, &grp);
-        if ((st = shs_allreduce(b->coll, NULL, &wrong, 1, SHS_DTYPE_FLOAT64, SHS_REDUCE_SUM)) !=
+        if ((st = shs_allreduce(b->meta, NULL, &wrong, 1, SHS_DTYPE_FLOAT64, SHS_REDUCE_SUM)) !=
             SHS_OK)
             return die(b->rank, "allreduce (wrong count)", st);
     }
@@ -271,7 +273,7 @@ static int run_size(bench_t *b, size_t bytes, int *wrong_total)
         b->times[i] = now_us() - t0;
     }
     /* average every iteration's time over the ranks */
-    if ((st = shs_allreduce(b->coll, NULL, b->times, (size_t)b->o.iters, SHS_DTYPE_FLOAT64,
+    if ((st = shs_allreduce(b->meta, NULL, b->times, (size_t)b->o.iters, SHS_DTYPE_FLOAT64,
                             SHS_REDUCE_AVG)) != SHS_OK)
         return die(b->rank, "allreduce (times)", st);
     double mean = 0;
@@ -319,6 +321,10 @@ int main(int argc, char **argv)
     }
     if ((st = shs_coll_create(b.ctx, NULL, &b.coll)) != SHS_OK)
         return die(b.rank, "shs_coll_create", st);
+    shs_coll_params_t mp = {.field_mask = SHS_COLL_PARAM_WIRE | SHS_COLL_PARAM_STAGE_BYTES,
+                            .wire = SHS_WIRE_NATIVE, .stage_bytes = 1u << 20};
+    if ((st = shs_coll_create(b.ctx, &mp, &b.meta)) != SHS_OK)
+        return die(b.rank, "shs_coll_create (bookkeeping)", st);
     size_t max = b.o.max_bytes + 64;
     b.times = calloc((size_t)b.o.iters, sizeof(double));
     if (b.o.staged)
@@ -353,6 +359,7 @@ int main(int argc, char **argv)
         printf("# wrong elements: %d\n", wrong);
     if (rc == 0)
         shs_ctx_barrier(b.ctx);
+    shs_coll_destroy(b.meta);
     shs_coll_destroy(b.coll);
     shs_region_destroy(b.region);
     free(b.plain);
