@@ -418,7 +418,9 @@ int main(int argc, char **argv)
         return 1;
     }
     shs_coll_t *coll;
-    st = shs_coll_create(ctx, NULL, &coll);
+    /* its float64 sums on a native wire, whatever SHS_COLL_WIRE says */
+    shs_coll_params_t cp = {.field_mask = SHS_COLL_PARAM_WIRE, .wire = SHS_WIRE_NATIVE};
+    st = shs_coll_create(ctx, &cp, &coll);
     if (st != SHS_OK) {
         fprintf(stderr, "shs-emb-bench: shs_coll_create: %s\n", shs_status_string(st));
         return 1;

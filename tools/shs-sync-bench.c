@@ -87,7 +87,9 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < count; i++)
         w[i] = (float)(i % 97) * 0.01f + (float)shs_ctx_rank(ctx);
     what = "shs_coll_create";
-    if ((st = shs_coll_create(ctx, NULL, &coll)) != SHS_OK)
+    /* its float64 sums on a native wire, whatever SHS_COLL_WIRE says */
+    shs_coll_params_t cp = {.field_mask = SHS_COLL_PARAM_WIRE, .wire = SHS_WIRE_NATIVE};
+    if ((st = shs_coll_create(ctx, &cp, &coll)) != SHS_OK)
         goto out;
     shs_shadow_params_t p;
     memset(&p, 0, sizeof(p));

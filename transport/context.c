@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/log.h"
 #include "transport/services.h"
@@ -121,7 +122,9 @@ static void mesh_down(shs_ctx_t *ctx)
 /* SHS_POLL_SPIN=auto, once the mesh is up: spin SHS__POLL_SPIN_OWN polls
  * when the ranks that share this rank's device address (the ranks of this
  * host on this NIC: they compete for its CPUs) are at most the CPUs this
- * process may run on, else nap at once (transport/knobs.c says why). */
+ * process may run on, else nap at once (transport/knobs.c says why). A
+ * rank pinned to one core of its own sees one CPU and naps: set the knob
+ * when ranks own their cores. */
 static void resolve_spin(shs_ctx_t *ctx)
 {
     if (ctx->cfg.poll_spin >= 0)
@@ -131,9 +134,15 @@ static void resolve_spin(shs_ctx_t *ctx)
     int local = 1, cpus = 1;
     for (int r = 0; r < ctx->size; r++)
         local += r != ctx->rank && strcmp(ctx->peers[r].addr, mine) == 0;
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof(set), &set) == 0)
-        cpus = CPU_COUNT(&set);
+    long conf = sysconf(_SC_NPROCESSORS_CONF);
+    int ncpu = conf > 0 ? (int)conf : 1;
+    cpu_set_t *set = CPU_ALLOC(ncpu); /* hosts of more than 1024 CPUs too */
+    if (set != NULL) {
+        size_t bytes = CPU_ALLOC_SIZE(ncpu);
+        if (sched_getaffinity(0, bytes, set) == 0)
+            cpus = CPU_COUNT_S(bytes, set);
+        CPU_FREE(set);
+    }
     ctx->cfg.poll_spin = local <= cpus ? SHS__POLL_SPIN_OWN : 0;
     SHS_DEBUG("SHS_POLL_SPIN=auto: %d rank(s) on %s, %d CPU(s): spin %d", local, mine, cpus,
               ctx->cfg.poll_spin);

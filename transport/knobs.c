@@ -102,7 +102,8 @@ static const shs__knob_t transport_knobs[] = {
      * the posting rank's system call) needs: 4 ranks in a 2-CPU Soft-RoCE
      * guest, 1 MiB allreduce, p50 82/79 ms spinning 2000 against 75/76 ms
      * napping at once; 16 MiB 1080 against 1052 ms (2026-12-06). A
-     * latency-bound job that owns its cores wants more. */
+     * latency-bound job that owns its cores wants more; ranks pinned to one
+     * core each see one CPU and nap, so such a job sets a count. */
     SHS_KNOB_INT_AUTO("SHS_POLL_SPIN", poll_spin, "auto", 0, 1 << 30,
                       "empty polls of a wait for completions before it starts sleeping (1 us "
                       "doubling to 50 us): auto (2000 when this host's ranks on the device have "

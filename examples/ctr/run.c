@@ -126,8 +126,9 @@ static void check_memory(ctr_run_t *r)
     shs_coll_params_t cp;
     shs_coll_t *coll;
     memset(&cp, 0, sizeof(cp));
-    cp.field_mask = SHS_COLL_PARAM_STAGE_BYTES;
+    cp.field_mask = SHS_COLL_PARAM_STAGE_BYTES | SHS_COLL_PARAM_WIRE;
     cp.stage_bytes = 2 * n * sizeof(double);
+    cp.wire = SHS_WIRE_NATIVE; /* float64 sums, whatever SHS_COLL_WIRE says */
     CTR_CHECK(shs_coll_create(r->ctx, &cp, &coll));
     CTR_CHECK(shs_allreduce(coll, NULL, v, 2 * n, SHS_DTYPE_FLOAT64, SHS_REDUCE_SUM));
     CTR_CHECK(shs_ctx_barrier(r->ctx));

@@ -180,8 +180,9 @@ void ctr_final_average(ctr_run_t *r, float *avg)
     shs_coll_params_t cp;
     shs_coll_t *coll;
     memset(&cp, 0, sizeof(cp));
-    cp.field_mask = SHS_COLL_PARAM_STAGE_BYTES;
+    cp.field_mask = SHS_COLL_PARAM_STAGE_BYTES | SHS_COLL_PARAM_WIRE;
     cp.stage_bytes = 0; /* the model is a region: zero-copy */
+    cp.wire = SHS_WIRE_NATIVE; /* the exact mean, whatever SHS_COLL_WIRE says */
     CTR_CHECK(shs_coll_create(r->ctx, &cp, &coll));
     memcpy(avg, r->model, r->nparams * sizeof(float));
     CTR_CHECK(shs_allreduce_region(coll, NULL, r->region, 0, r->nparams, SHS_DTYPE_FLOAT32,

@@ -96,7 +96,7 @@
  * Wire. With SHS_WIRE_BF16 (a parameter every rank must share, checked at
  * create) float32 calls move bfloat16: every chunk a rank sends is its
  * float32 data rounded to bf16 (nearest, ties to even) in a registered
- * outbox of the collective's own (slots + 1 chunks), and every chunk it
+ * outbox of the collective's own (slots * slot_bytes + eager_bytes), and every chunk it
  * receives is widened and added in float32. Half the bytes cross the
  * device; the price is one rounding per hop of the reduce-scatter and one
  * of the final value. The owner of a segment rounds its final value to

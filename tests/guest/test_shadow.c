@@ -37,6 +37,11 @@
  *              rank 0 keeps its model, the others take the mean of theirs
  *              (nobody averages a snapshot it cannot read); for a larger
  *              model shs_shadow_create itself fails on every rank
+ *   bf16-rule  one FR-MA round on bf16 snapshots of w = 1 + r/4 + 2^-10 (bf16
+ *              keeps 1 + r/4 and drops the 2^-10): every rank ends at the
+ *              mean of the bf16 values plus its own 2^-10, so the sum over
+ *              ranks is kept; a rank that applied against its float32 model
+ *              would lose the 2^-10 everywhere
  * With SHS_SHADOW_WIRE=bf16 in the environment the cases run on bf16
  * snapshots (CMake runs conserve and stop-conserve so).
  *
@@ -625,6 +630,38 @@ static void case_wire_mismatch(shs_ctx_t *ctx, shs_region_t *model)
              N_ELEMS, shs_status_string(st));
 }
 
+static void case_bf16_rule(shs_ctx_t *ctx, shs_region_t *model)
+{
+    int n = shs_ctx_size(ctx);
+    float *w = shs_region_addr(model);
+    shs_shadow_params_t p = base_params(SHS_SHADOW_MA);
+    p.field_mask |= SHS_SHADOW_PARAM_WIRE;
+    p.wire = SHS_WIRE_BF16;
+    const double resid = ldexp(1.0, -10);
+    for (size_t i = 0; i < N_ELEMS; i++)
+        w[i] = (float)(1.0 + g_rank / 4.0 + resid);
+    shs_shadow_t *sh;
+    CHECK_OK(shs_shadow_create(ctx, model, 0, N_ELEMS, &p, &sh));
+    CHECK_OK(shs_shadow_sync(sh));
+    double mean = 1.0 + (n - 1) / 8.0; /* of 1 + r/4, exact in float */
+    for (size_t i = 0; i < N_ELEMS; i++)
+        if (fabs(w[i] - (mean + resid)) > 1e-6)
+            fail("bf16-rule: element %zu is %.9g, expected the bf16 mean %.9g plus this "
+                 "rank's residual %.9g", i, (double)w[i], mean, resid);
+    shs_shadow_stats_t s;
+    CHECK_OK(shs_shadow_stats(sh, &s));
+    /* (n - 1) peers' bf16 slots, headers and stamps besides */
+    if (s.bytes_read < (uint64_t)(n - 1) * N_ELEMS * 2 ||
+        s.bytes_read >= (uint64_t)(n - 1) * N_ELEMS * 4)
+        fail("bf16-rule: read %llu bytes for %d peers' snapshots of %d floats: expected "
+             "about 2 bytes a float", (unsigned long long)s.bytes_read, n - 1, N_ELEMS);
+    if (g_rank == 0)
+        printf("bf16-rule: every rank at the mean plus its residual, %llu bytes read\n",
+               (unsigned long long)s.bytes_read);
+    CHECK_OK(shs_ctx_barrier(ctx));
+    shs_shadow_destroy(sh);
+}
+
 /* ---------------------------------------------------------------- BMUF */
 
 static void case_bmuf(shs_ctx_t *ctx, shs_region_t *model)
@@ -710,6 +747,8 @@ int main(int argc, char **argv)
         case_bmuf(ctx, model);
     else if (strcmp(which, "wire-mismatch") == 0)
         case_wire_mismatch(ctx, model);
+    else if (strcmp(which, "bf16-rule") == 0)
+        case_bf16_rule(ctx, model);
     else
         fail("unknown case %s", which);
     CHECK_OK(shs_ctx_barrier(ctx));

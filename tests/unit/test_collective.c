@@ -192,7 +192,7 @@ START_TEST(test_bf16_ring_error_bound)
                     double mag = ldexp(1.0, (int)(seed >> 27) - 8); /* 2^-8 .. 2^23 */
                     double v = mag * ((double)(seed & 0xffffu) / 65536.0 - 0.5);
                     /* element i % 3 == 0: the ranks cancel (x, -x, x, ...) */
-                    x[k][i] = i % 3 == 0 ? (k % 2 ? -x[0][i] : x[0][i]) : (float)v;
+                    x[k][i] = i % 3 != 0 || k == 0 ? (float)v : k % 2 ? -x[0][i] : x[0][i];
                 }
             memcpy(acc, x[0], sizeof(acc));
             for (int k = 1; k < n; k++) {
