@@ -154,31 +154,29 @@ REPORT_LINE = re.compile(r"^\s*([\d.]+)%\s+(\d+)\s+(\S+)\s+\[(.)\]\s+(.*?)\s*$")
 COMM_LINE = re.compile(r"^\s*([\d.]+)%\s+(\d+)\s+(.*?)\s*$")
 
 
-def read_report(path):
-    """[(samples, dso, sym)] of a flat perf report."""
+def read_rows(path, pattern, pick):
+    """[pick(match)] of the lines of a flat perf report that match pattern
+    (none when the file is missing)."""
     rows = []
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:
-                m = REPORT_LINE.match(line)
+                m = pattern.match(line)
                 if m and not line.startswith("#"):
-                    rows.append((int(m.group(2)), m.group(3), m.group(5)))
+                    rows.append(pick(m))
     except FileNotFoundError:
         pass
     return rows
+
+
+def read_report(path):
+    """[(samples, dso, sym)] of a flat perf report."""
+    return read_rows(path, REPORT_LINE, lambda m: (int(m.group(2)), m.group(3), m.group(5)))
 
 
 def read_comm(path):
-    rows = []
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                m = COMM_LINE.match(line)
-                if m and not line.startswith("#"):
-                    rows.append((int(m.group(2)), m.group(3)))
-    except FileNotFoundError:
-        pass
-    return rows
+    """[(samples, command)] of a perf report sorted by comm."""
+    return read_rows(path, COMM_LINE, lambda m: (int(m.group(2)), m.group(3)))
 
 
 def read_script(path):
