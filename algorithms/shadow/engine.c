@@ -139,6 +139,7 @@ static void free_peers(shs_shadow_t *sh)
     free(sh->state);
     free(sh->warned);
     free((void *)sh->st.last_read_ns);
+    free((void *)sh->st.peer_skips);
     free(sh->wg);
     free(sh->D);
     free(sh->snap);
@@ -154,8 +155,9 @@ static shs_status_t alloc_peers(shs_shadow_t *sh)
     sh->state = calloc(np, 1);
     sh->warned = calloc(np, sizeof(bool));
     sh->st.last_read_ns = calloc(np, sizeof(uint64_t));
+    sh->st.peer_skips = calloc(np, sizeof(uint64_t));
     if (sh->published_seen == NULL || sh->seen_seq == NULL || sh->state == NULL ||
-        sh->warned == NULL || sh->st.last_read_ns == NULL)
+        sh->warned == NULL || sh->st.last_read_ns == NULL || sh->st.peer_skips == NULL)
         return SHS_ERR_NO_MEMORY;
     if (sh->cfg.algo == SHS_SHADOW_BMUF) {
         sh->wg = malloc(sh->n * sizeof(float));

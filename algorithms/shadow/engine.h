@@ -117,11 +117,13 @@ typedef struct shs__easgd {
 
 typedef struct shs__shadow_stats {
     _Atomic uint64_t rounds, idle, bytes_read, bytes_written, round_ns_sum, round_ns_last,
-        round_ns_max, wait_ns_sum, torn, skipped, errors, rounds_after_fail, first_fail_ns;
+        round_ns_max, wait_ns_sum, torn, skipped, errors, rounds_after_fail, first_fail_ns,
+        straggler_skips, left_out;
     atomic_int failed;
     atomic_int last_error;
     _Atomic uint64_t run_ns_total, run_start_ns, first_round_ns;
     _Atomic uint64_t *last_read_ns; /* per peer */
+    _Atomic uint64_t *peer_skips;   /* per peer: rounds it was left out as late */
 } shs__shadow_stats_t;
 
 struct shs_shadow {

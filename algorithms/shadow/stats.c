@@ -104,6 +104,8 @@ shs_status_t shs_shadow_stats(const shs_shadow_t *sh, shs_shadow_stats_t *out)
     s.failed_peers = atomic_load_explicit((atomic_int *)&c->failed, SHS__RELAXED);
     s.rounds_after_failure = load(&c->rounds_after_fail);
     s.first_failure_ns = load(&c->first_fail_ns);
+    s.straggler_skips = load(&c->straggler_skips);
+    s.rounds_left_out = load(&c->left_out);
     s.staleness_ms_max = staleness_max(sh, now);
     *out = s;
     return SHS_OK;
@@ -115,6 +117,14 @@ shs_status_t shs_shadow_peer_staleness(const shs_shadow_t *sh, int peer, double 
         return SHS_ERR_INVALID_ARG;
     uint64_t t = atomic_load_explicit(&sh->st.last_read_ns[peer], SHS__RELAXED);
     *ms_p = t == 0 ? -1.0 : age_ms(shs__now_ns(), t);
+    return SHS_OK;
+}
+
+shs_status_t shs_shadow_peer_skips(const shs_shadow_t *sh, int peer, uint64_t *skips_p)
+{
+    if (sh == NULL || skips_p == NULL || peer < 0 || peer >= sh->size || peer == sh->rank)
+        return SHS_ERR_INVALID_ARG;
+    *skips_p = load(&sh->st.peer_skips[peer]);
     return SHS_OK;
 }
 

@@ -211,6 +211,10 @@ typedef struct shs_shadow_stats {
                                  counted as failed */
     uint64_t first_failure_ns; /* CLOCK_MONOTONIC time at which the first failure was
                                  seen, 0: none */
+    uint64_t straggler_skips; /* (member, round) pairs this rank's rounds left out as late
+                                 (see "Stragglers"): a late peer is not counted failed */
+    uint64_t rounds_left_out; /* rounds in which this rank was itself left out as late:
+                                 it published too late and applied no move */
 } shs_shadow_stats_t;
 
 /*
@@ -343,6 +347,15 @@ SHS_API shs_status_t shs_shadow_stats(const shs_shadow_t *shadow, shs_shadow_sta
  */
 SHS_API shs_status_t shs_shadow_peer_staleness(const shs_shadow_t *shadow, int peer,
                                                double *ms_p);
+
+/*
+ * shs_shadow_peer_skips - rounds in which this rank's engine left `peer` out
+ * as a straggler (it had not published the round within the straggler bound;
+ * see "Stragglers"). Status: SHS_OK; SHS_ERR_INVALID_ARG (NULL, peer out of
+ * range or this rank).
+ */
+SHS_API shs_status_t shs_shadow_peer_skips(const shs_shadow_t *shadow, int peer,
+                                           uint64_t *skips_p);
 
 /*
  * shs_shadow_round - the next round this rank will run. Thread-safe.
