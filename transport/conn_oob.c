@@ -38,7 +38,7 @@ static shs_status_t qp_to_init(shs_ctx_t *ctx, shs__conn_t *conn)
         .port_num = (uint8_t)ctx->port,
         /* the QP allows every kind; each region's own flags restrict access */
         .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                           IBV_ACCESS_REMOTE_READ,
+                           IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC,
     };
     int rc = ibv_modify_qp(conn->qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
                                                 IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);

@@ -11,7 +11,9 @@
 #include "transport/services.h"
 #include "transport/transport.h"
 
-#define SHS__ACCESS_ALL (SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_READ | SHS_ACCESS_REMOTE_WRITE)
+#define SHS__ACCESS_ALL                                                                      \
+    (SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_READ | SHS_ACCESS_REMOTE_WRITE |                \
+     SHS_ACCESS_REMOTE_ATOMIC)
 
 /* What every rank contributes to the registration exchange. */
 typedef struct reg_rec {
@@ -27,8 +29,10 @@ static int ibv_access_of(unsigned flags)
 {
     int a = 0;
     /* verbs requires local write for remote write */
-    if (flags & (SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_WRITE))
+    if (flags & (SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_WRITE | SHS_ACCESS_REMOTE_ATOMIC))
         a |= IBV_ACCESS_LOCAL_WRITE;
+    if (flags & SHS_ACCESS_REMOTE_ATOMIC)
+        a |= IBV_ACCESS_REMOTE_ATOMIC;
     if (flags & SHS_ACCESS_REMOTE_WRITE)
         a |= IBV_ACCESS_REMOTE_WRITE;
     if (flags & SHS_ACCESS_REMOTE_READ)

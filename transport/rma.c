@@ -157,7 +157,7 @@ static void fill_wr(shs_ctx_t *ctx, shs__conn_t *conn, unsigned k, size_t len,
 
     wr->wr_id = (uint64_t)conn->index | (seq << SHS__WRID_SEQ_SHIFT);
     wr->send_flags = 0;
-    if (wr->opcode == IBV_WR_RDMA_READ)
+    if (wr->opcode == IBV_WR_RDMA_READ || wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP)
         conn->rd_posted += len;
     conn->rd_mark[seq & ctx->wr_mask] = conn->rd_posted;
     conn->unsignaled_bytes += len;
@@ -288,6 +288,54 @@ shs_status_t shs_write_imm(shs_ctx_t *ctx, int peer, shs_region_t *local, size_t
 {
     return post_op(ctx, peer, local, local_off, remote, remote_off, len, IBV_WR_RDMA_WRITE,
                    true, imm, flags);
+}
+
+shs_status_t shs_cas(shs_ctx_t *ctx, int peer, shs_region_t *local, size_t local_off,
+                     shs_region_t *remote, size_t remote_off, uint64_t compare, uint64_t swap,
+                     unsigned flags)
+{
+    if (ctx == NULL || local == NULL || remote == NULL || !shs__region_of(local, ctx) ||
+        !shs__region_of(remote, ctx) || peer < 0 || peer >= ctx->size || peer == ctx->rank)
+        return SHS_ERR_INVALID_ARG;
+    if (shs__ctx_refused(ctx, "shs_cas"))
+        return SHS_ERR_BAD_STATE;
+    const shs__remote_t *rm = &remote->remote[peer];
+    if (local_off % 8 != 0 || remote_off % 8 != 0 || !shs__range_ok(local_off, 8, local->len) ||
+        !shs__range_ok(remote_off, 8, rm->len)) {
+        SHS_ERROR("cas on peer %d: local offset %zu of %zu or remote offset %zu of %llu is "
+                  "misaligned (8) or out of bounds", peer, local_off, local->len, remote_off,
+                  (unsigned long long)rm->len);
+        return SHS_ERR_INVALID_ARG;
+    }
+    if (!(rm->flags & SHS_ACCESS_REMOTE_ATOMIC) || !(local->flags & SHS_ACCESS_LOCAL_WRITE)) {
+        SHS_ERROR("cas on peer %d: the %s region lacks the access right (%s)", peer,
+                  !(rm->flags & SHS_ACCESS_REMOTE_ATOMIC) ? "remote" : "local",
+                  !(rm->flags & SHS_ACCESS_REMOTE_ATOMIC) ? "SHS_ACCESS_REMOTE_ATOMIC"
+                                                          : "SHS_ACCESS_LOCAL_WRITE");
+        return SHS_ERR_INVALID_ARG;
+    }
+    shs__peer_t *p = &ctx->peers[peer];
+    if (shs__peer_is_failed(p))
+        return SHS_ERR_PEER_FAILED;
+    shs__conn_t *conn = &p->conns[0]; /* one QP: a word's operations stay in order */
+    /* an atomic holds one of the responder's READ resources: counted as a READ */
+    shs_status_t status = reserve(ctx, conn, 1, 8);
+    if (status != SHS_OK)
+        return status;
+    struct ibv_sge *sge = &ctx->sge[0];
+    struct ibv_send_wr *wr = &ctx->wr[0];
+    sge->addr = (uintptr_t)local->addr + local_off;
+    sge->length = 8;
+    sge->lkey = local->mr->lkey;
+    wr->sg_list = sge;
+    wr->num_sge = 1;
+    wr->opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+    wr->wr.atomic.remote_addr = rm->addr + remote_off;
+    wr->wr.atomic.rkey = rm->rkey;
+    wr->wr.atomic.compare_add = compare;
+    wr->wr.atomic.swap = swap;
+    fill_wr(ctx, conn, 0, 8, (flags & SHS_OP_SIGNAL) != 0);
+    return post_batch(ctx, conn, 1);
 }
 
 shs_status_t shs_send(shs_ctx_t *ctx, int peer, shs_region_t *local, size_t local_off,

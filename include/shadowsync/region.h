@@ -33,7 +33,11 @@ typedef struct shs_region shs_region_t;
 enum {
     SHS_ACCESS_LOCAL_WRITE = 1u << 0,  /* may be the destination of shs_read */
     SHS_ACCESS_REMOTE_READ = 1u << 1,  /* peers may shs_read from it */
-    SHS_ACCESS_REMOTE_WRITE = 1u << 2  /* peers may shs_write into it (implies local write) */
+    SHS_ACCESS_REMOTE_WRITE = 1u << 2, /* peers may shs_write into it (implies local write) */
+    SHS_ACCESS_REMOTE_ATOMIC = 1u << 3 /* peers may shs_cas its 8-byte words (implies local
+                                          write); the owner must not store to a word peers
+                                          swap (the device's atomics are atomic only among
+                                          themselves), only load it */
 };
 
 /* Alignment of a registered region's address: the elements that collectives

@@ -105,6 +105,21 @@ SHS_API shs_status_t shs_write_imm(shs_ctx_t *ctx, int peer, shs_region_t *local
                                    unsigned flags);
 
 /*
+ * shs_cas - atomic compare-and-swap of the 8-byte word at remote_off of
+ * peer's copy of remote: if it equals `compare` it becomes `swap`; either
+ * way the word's value before the operation is written to local at
+ * local_off (8 bytes, host byte order) once a shs_flush() covering this
+ * operation returns. Both offsets must be multiples of 8; remote must grant
+ * SHS_ACCESS_REMOTE_ATOMIC, local SHS_ACCESS_LOCAL_WRITE. Atomic with respect
+ * to every other shs_cas on that word (from any peer), not with the owner's
+ * own stores (it may load the word). Status: as shs_read;
+ * SHS_ERR_INVALID_ARG also for a misaligned offset.
+ */
+SHS_API shs_status_t shs_cas(shs_ctx_t *ctx, int peer, shs_region_t *local, size_t local_off,
+                             shs_region_t *remote, size_t remote_off, uint64_t compare,
+                             uint64_t swap, unsigned flags);
+
+/*
  * shs_flush - wait until every operation posted to peer (or SHS_PEER_ALL)
  * before this call has completed. timeout_ms bounds the time without
  * progress (SHS_TIMEOUT_DEFAULT: the op timeout; 0 is not allowed).

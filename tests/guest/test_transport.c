@@ -84,6 +84,51 @@ static size_t max_size(int n)
 
 /* ---------------------------------------------------------------- basic */
 
+/* Compare-and-swap: every other rank swaps rank 0's word from 0 to its
+ * own rank + 1 at once; exactly one wins, and every rank sees the winner's
+ * value afterwards (the device's atomics are atomic among themselves).
+ * Misaligned offsets and a region without the right are refused. */
+static void case_cas(shs_ctx_t *ctx)
+{
+    int me = shs_ctx_rank(ctx), n = shs_ctx_size(ctx);
+    shs_region_t *word, *plain;
+    CHECK_OK(shs_region_alloc(ctx, 64, SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_READ |
+                                           SHS_ACCESS_REMOTE_ATOMIC, &word));
+    CHECK_OK(shs_region_alloc(ctx, 64, SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_READ, &plain));
+    uint64_t *w = shs_region_addr(word);
+    CHECK_OK(shs_ctx_barrier(ctx));
+    uint64_t was = 0;
+    if (me != 0) {
+        CHECK_OK(shs_cas(ctx, 0, word, 8, word, 0, 0, (uint64_t)me + 1, SHS_OP_SIGNAL));
+        CHECK_OK(shs_flush(ctx, 0, SHS_TIMEOUT_DEFAULT));
+        was = w[1];
+        CHECK_EQ(shs_cas(ctx, 0, word, 9, word, 0, 0, 1, 0), SHS_ERR_INVALID_ARG);
+        CHECK_EQ(shs_cas(ctx, 0, word, 8, plain, 0, 0, 1, 0), SHS_ERR_INVALID_ARG);
+    }
+    /* winners: ranks that found 0; rank 0 counts them through its word */
+    uint64_t *mine = shs_region_addr(plain);
+    mine[0] = me != 0 && was == 0;
+    mine[1] = was;
+    CHECK_OK(shs_ctx_barrier(ctx));
+    if (me == 0) {
+        uint64_t final = __atomic_load_n(&w[0], __ATOMIC_ACQUIRE), wins = 0;
+        for (int p = 1; p < n; p++) {
+            CHECK_OK(shs_read(ctx, p, word, 16, plain, 0, 16, SHS_OP_SIGNAL));
+            CHECK_OK(shs_flush(ctx, p, SHS_TIMEOUT_DEFAULT));
+            wins += w[2];
+            if (w[2] == 0 && w[3] != final)
+                fail("cas: rank %d saw %llu, the word holds %llu", p,
+                     (unsigned long long)w[3], (unsigned long long)final);
+        }
+        if (wins != 1 || final == 0 || final > (uint64_t)n)
+            fail("cas: %llu winners, word %llu (expected one winner)",
+                 (unsigned long long)wins, (unsigned long long)final);
+    }
+    CHECK_OK(shs_ctx_barrier(ctx));
+    shs_region_destroy(plain);
+    shs_region_destroy(word);
+}
+
 static void case_basic(shs_ctx_t *ctx)
 {
     int me = shs_ctx_rank(ctx), n = shs_ctx_size(ctx);
@@ -183,6 +228,7 @@ static void case_basic(shs_ctx_t *ctx)
             CHECK_OK(shs_ctx_peer_status(ctx, p, NULL));
 
     CHECK_OK(shs_ctx_barrier(ctx));
+    case_cas(ctx);
     shs_region_destroy(dst);
     shs_region_destroy(src);
 }
