@@ -16,6 +16,15 @@ static const shs__knob_t shadow_knobs[] = {
      * still reported by the transport within SHS_OP_TIMEOUT_MS. */
     SHS_KNOB_INT("SHS_SHADOW_WAIT_MS", shadow_wait_ms, "30000", 1, SHS_KNOB_MS_MAX,
                  "bound on waiting for a peer's round snapshot or inbox credit (ms)"),
+    /* auto: a member that has not published a round within 4 times the
+     * median of the group's recent full rounds (at least 200 ms; before 4
+     * full rounds, SHS_SHADOW_WAIT_MS) is left out of that round by every
+     * member (shadow.h, Stragglers); 200 ms absorbs a scheduler's or a
+     * collector's pause without leaving anyone out. */
+    SHS_KNOB_INT_AUTO("SHS_SHADOW_STRAGGLER_MS", shadow_straggler_ms, "auto", 1, SHS_KNOB_MS_MAX,
+                      "shadow engine, pull path: how long a round waits for a member's snapshot "
+                      "before leaving it out of that round: auto (4x the median round, at least "
+                      "200 ms) or ms"),
     /* 1 MiB: ~100 us of transfer at 10 GB/s amortizes the per-read cost, and
      * (g - 1) receive buffers of this size stay small. */
     SHS_KNOB_SIZE("SHS_SHADOW_CHUNK", shadow_chunk, "1m", 64, 1ll << 30,

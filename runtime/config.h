@@ -73,6 +73,7 @@ typedef struct shs__config {
     int shadow_wait_ms;        /* SHS_SHADOW_WAIT_MS bound on waiting for a peer's snapshot */
     size_t shadow_chunk;       /* SHS_SHADOW_CHUNK pull granularity (bytes) */
     int shadow_channel;        /* SHS_SHADOW_CHANNEL top 8 bits of the engine's immediates (-1 auto) */
+    int shadow_straggler_ms;   /* SHS_SHADOW_STRAGGLER_MS straggler bound (-1 auto) */
     int shadow_nap;            /* SHS_SHADOW_NAP % of a pull's expected time slept, not polled */
     int shadow_wire;           /* SHS_SHADOW_WIRE shs_wire_t of the published snapshots */
     /* collectives (algorithms/coll_knobs.c, read by algorithms/coll/) */

@@ -54,6 +54,7 @@ static void resolve_params(shs_shadow_t *sh, const shs_shadow_params_t *p, size_
     c->wait_ms = (m & SHS_SHADOW_PARAM_WAIT_TIMEOUT) ? p->wait_timeout_ms : knobs->shadow_wait_ms;
     *chunk_bytes_p = (m & SHS_SHADOW_PARAM_CHUNK) ? p->chunk_bytes : knobs->shadow_chunk;
     c->nap_pct = knobs->shadow_nap;
+    c->straggler_ms = knobs->shadow_straggler_ms;
     c->wire = (m & SHS_SHADOW_PARAM_WIRE) ? p->wire : knobs->shadow_wire;
     c->want_channel = knobs->shadow_channel; /* -1: allocated (EASGD only uses one) */
 }
@@ -138,6 +139,8 @@ static void free_peers(shs_shadow_t *sh)
     free(sh->seen_seq);
     free(sh->state);
     free(sh->warned);
+    free(sh->done_seen);
+    free(sh->late);
     free((void *)sh->st.last_read_ns);
     free((void *)sh->st.peer_skips);
     free(sh->wg);
@@ -154,10 +157,13 @@ static shs_status_t alloc_peers(shs_shadow_t *sh)
     sh->seen_seq = calloc(np, sizeof(uint64_t));
     sh->state = calloc(np, 1);
     sh->warned = calloc(np, sizeof(bool));
+    sh->done_seen = calloc(np, sizeof(uint64_t));
+    sh->late = calloc(np, sizeof(bool));
     sh->st.last_read_ns = calloc(np, sizeof(uint64_t));
     sh->st.peer_skips = calloc(np, sizeof(uint64_t));
     if (sh->published_seen == NULL || sh->seen_seq == NULL || sh->state == NULL ||
-        sh->warned == NULL || sh->st.last_read_ns == NULL || sh->st.peer_skips == NULL)
+        sh->warned == NULL || sh->st.last_read_ns == NULL || sh->st.peer_skips == NULL ||
+        sh->done_seen == NULL || sh->late == NULL)
         return SHS_ERR_NO_MEMORY;
     if (sh->cfg.algo == SHS_SHADOW_BMUF) {
         sh->wg = malloc(sh->n * sizeof(float));
@@ -176,7 +182,9 @@ static shs_status_t alloc_peers(shs_shadow_t *sh)
     return SHS_OK;
 }
 
-/* The common regions, in the same order on every rank: pub, scratch, acc. */
+/* The common regions, in the same order on every rank: pub, scratch, acc,
+ * admit. Scratch: header read-backs (two per member), one word per member
+ * (verdicts), the receive chunks. */
 static shs_status_t alloc_regions(shs_shadow_t *sh)
 {
     size_t gm1 = (size_t)(sh->cfg.gmax > 1 ? sh->cfg.gmax - 1 : 1);
@@ -191,7 +199,8 @@ static shs_status_t alloc_regions(shs_shadow_t *sh)
     /* before any round: peers compare it with theirs (snapshot.c) */
     __atomic_store_n(&sh->hdr->wire, 1u + (unsigned)sh->cfg.wire, __ATOMIC_RELEASE);
 
-    sh->recv_off = 2 * (size_t)SHS_GROUP_MAX * SHS__HDR_BYTES;
+    sh->word_off = ALIGN_UP(2 * (size_t)SHS_GROUP_MAX * SHS__HDR_BYTES, 8);
+    sh->recv_off = ALIGN_UP(sh->word_off + (size_t)SHS_GROUP_MAX * 8, 64);
     st = shs_region_alloc(sh->ctx, sh->recv_off + gm1 * sh->cfg.chunk * sizeof(float),
                           SHS_ACCESS_LOCAL_WRITE, &sh->scratch);
     if (st != SHS_OK)
@@ -202,8 +211,17 @@ static shs_status_t alloc_regions(shs_shadow_t *sh)
     if (st != SHS_OK)
         goto err_destroy_scratch;
     sh->acc = shs_region_addr(sh->acc_reg);
+
+    /* zeroed by the allocation, before any peer can swap it */
+    st = shs_region_alloc(sh->ctx, SHS__ADMIT_WORDS * sizeof(uint64_t),
+                          SHS_ACCESS_REMOTE_ATOMIC | SHS_ACCESS_REMOTE_READ, &sh->admit_reg);
+    if (st != SHS_OK)
+        goto err_destroy_acc;
+    sh->admit = shs_region_addr(sh->admit_reg);
     return SHS_OK;
 
+err_destroy_acc:
+    shs_region_destroy(sh->acc_reg);
 err_destroy_scratch:
     shs_region_destroy(sh->scratch);
 err_destroy_pub:
@@ -213,6 +231,7 @@ err_destroy_pub:
 
 static void free_regions(shs_shadow_t *sh)
 {
+    shs_region_destroy(sh->admit_reg);
     shs_region_destroy(sh->acc_reg);
     shs_region_destroy(sh->scratch);
     shs_region_destroy(sh->pub);

@@ -48,10 +48,19 @@ typedef struct shs__pub_hdr {
     uint64_t fence;    /* EASGD: the finish phases this rank has reached (path_easgd.c) */
     uint64_t failed[SHS__VIEW_WORDS]; /* the view's told words: gossip */
     uint64_t wire;     /* 1 + shs_wire_t of the slots, set before the first publish */
+    uint64_t done;     /* 1 + the last round this rank has finished (its move applied, or
+                          left out, or sat out; after a catch-up, the round before the
+                          next it runs); 0: none yet */
+    uint64_t out;      /* 1 + a round this rank sits out without publishing (admit.c) */
 } shs__pub_hdr_t;
 
 #define SHS__HDR_BYTES sizeof(shs__pub_hdr_t)
 #define SHS__PUB_DATA_OFF 4096 /* slots start on their own page */
+
+/* Verdict words per rank (admit.c): round r's word is r mod SHS__ADMIT_WORDS. */
+#define SHS__ADMIT_WORDS 1024
+/* Recent full rounds the straggler bound takes its median over. */
+#define SHS__ROUND_HIST 16
 
 /* Outcome of trying to include a peer in a round. */
 enum { SHS__PEER_PENDING = 0, SHS__PEER_OK = 1, SHS__PEER_SKIP = 2 };
@@ -99,6 +108,7 @@ typedef struct shs__shadow_cfg {
     size_t chunk;     /* floats per pulled piece */
     int wire;         /* shs_wire_t of the published snapshots */
     int gmax;         /* the largest group */
+    int straggler_ms; /* SHS_SHADOW_STRAGGLER_MS: -1 auto */
 } shs__shadow_cfg_t;
 
 /* EASGD's center and inboxes (path_easgd.c). */
@@ -152,6 +162,23 @@ struct shs_shadow {
     size_t recv_off; /* offset of the receive chunks in scratch */
     shs_region_t *acc_reg;
     float *acc;
+    /* stragglers (admit.c): the verdict words peers swap, this rank's
+     * read-backs of theirs, what their headers said */
+    shs_region_t *admit_reg;
+    const uint64_t *admit; /* loaded only: peers' compare-and-swaps write it */
+    size_t word_off;       /* offset in scratch of one 8-byte word per member */
+    uint64_t *done_seen;   /* per peer: its header's done as last read */
+    bool *late;            /* per peer: it kept a slot of this rank past the straggler
+                              bound (the guard gives it one look until it finishes) */
+    uint64_t round_t0;     /* when this rank published the current round */
+    uint64_t full_ns[SHS__ROUND_HIST]; /* durations of recent rounds that left no one out */
+    unsigned full_n;
+    uint64_t next_round;   /* set by a round that catches up: the next round to run */
+    /* per slot: the round it holds and who reads it (self_in false: no one) */
+    uint64_t slot_round[2];
+    bool slot_held[2];
+    shs_group_t slot_grp[2];
+    bool slot_in[2][SHS_GROUP_MAX];
     float *wg, *D; /* BMUF */
 
     /* ring path */
@@ -176,9 +203,6 @@ struct shs_shadow {
     bool poisoned;
     bool ran_background; /* shs_shadow_start was called: no foreground rounds after */
     bool finished;       /* shs_shadow_finish ran: no rounds after */
-    shs_group_t hist[2]; /* the group of round hist_round[r & 1] */
-    uint64_t hist_round[2];
-    bool hist_valid[2];
 
     /* thread */
     pthread_t thread;
@@ -234,7 +258,6 @@ size_t shs__slot_off(const shs_shadow_t *sh, int s);
 void shs__publish(shs_shadow_t *sh, uint64_t r);
 void shs__reset_states(shs_shadow_t *sh, const shs_group_t *grp);
 void shs__check_failures(shs_shadow_t *sh);
-shs_status_t shs__guard_slot(shs_shadow_t *sh, uint64_t r);
 shs_status_t shs__wait_slot(shs_shadow_t *sh, const shs_group_t *grp, uint64_t r);
 bool shs__verify_stamps(shs_shadow_t *sh, const shs_group_t *grp, uint64_t r,
                         shs_status_t *err);
@@ -255,6 +278,9 @@ shs_status_t shs__flush_peer(shs_shadow_t *sh, int p);
 typedef bool (*shs__shadow_poll_fn)(shs_shadow_t *sh, void *arg);
 shs_status_t shs__shadow_wait(shs_shadow_t *sh, shs__shadow_poll_fn poll, void *arg,
                               bool cancellable);
+/* As shs__shadow_wait, bounded by ms instead of SHS_SHADOW_WAIT_MS. */
+shs_status_t shs__shadow_wait_ms(shs_shadow_t *sh, shs__shadow_poll_fn poll, void *arg,
+                                 bool cancellable, int ms);
 /* The longest nap of a wait (above), in ns. */
 long shs__shadow_nap_max_ns(const shs_shadow_t *sh);
 
@@ -270,6 +296,9 @@ struct shs__hdr_wait {
     const shs_group_t *grp;
     uint64_t r;
     int which;        /* header read-back 0 or 1 */
+    int k;            /* set for classify: the member's index in grp */
+    bool admit;       /* also read each member's round-r verdict word (scratch word k) */
+    int bound_ms;     /* 0: SHS_SHADOW_WAIT_MS; else this bound (ms), and no warning */
     const char *what; /* "publish its snapshot", for the timeout warning */
     /* the new state of member p (SHS__PEER_*) given its header h */
     uint8_t (*classify)(shs_shadow_t *sh, shs__hdr_wait_t *hw, int p, const shs__pub_hdr_t *h);
@@ -277,6 +306,25 @@ struct shs__hdr_wait {
     bool abort;       /* classify: stop waiting after this pass */
 };
 shs_status_t shs__wait_headers(shs_shadow_t *sh, shs__hdr_wait_t *hw, bool cancellable);
+
+/* snapshot.c: what a header read tells about a peer's published rounds */
+uint64_t shs__published_plus1(const shs__pub_hdr_t *h);
+bool shs__slot_written(const shs__pub_hdr_t *h, int s);
+void shs__note_published(shs_shadow_t *sh, int p, const shs__pub_hdr_t *h);
+
+/* admit.c: stragglers (shadow.h, "Stragglers") */
+/* Before publishing round r: wait (within the straggler bound) until the
+ * readers of slot r mod 2's snapshot have finished with it. *sit: they did
+ * not, and this rank sits round r out (shs__sit_out). */
+shs_status_t shs__guard_slot(shs_shadow_t *sh, uint64_t r, bool *sit);
+void shs__sit_out(shs_shadow_t *sh, uint64_t r);
+/* The verdicts of round r over grp: members in get state PEER_OK, members
+ * out PEER_SKIP; *in: this rank is in with at least one other member. */
+shs_status_t shs__decide_members(shs_shadow_t *sh, const shs_group_t *grp, uint64_t r, bool *in);
+/* Round r ended for this rank: `applied` (it was in with the members
+ * whose state is PEER_OK, who read its slot), or not (out, or alone: it
+ * catches up). */
+void shs__round_done(shs_shadow_t *sh, const shs_group_t *grp, uint64_t r, bool applied);
 
 /* path_ring.c: a collective for the engine's own registered memory, set up
  * on sh->ctx, its calls on io (sh->io for the thread's, sh->ctx for the

@@ -135,39 +135,58 @@ static void reread_ok(shs_shadow_t *sh, const shs_group_t *grp)
 shs_status_t shs__round_pull(shs_shadow_t *sh, uint64_t r, const shs_group_t *grp)
 {
     int s = (int)(r & 1);
-    shs_status_t err = shs__guard_slot(sh, r);
+    bool sit, in;
+    shs_status_t err = shs__guard_slot(sh, r, &sit);
     if (err == SHS_ERR_CANCELED)
         return err;
-    shs__publish(sh, r);
-    if (grp->size == 1)
+    if (sit) {
+        /* a reader of the slot's round has not finished it (a straggler
+         * stopped while reading): publish nothing this round */
+        shs__sit_out(sh, r);
         return err;
+    }
+    shs__publish(sh, r);
+    sh->round_t0 = shs__now_ns();
+    shs__reset_states(sh, grp);
+    if (grp->size == 1) {
+        shs__round_done(sh, grp, r, false);
+        return err;
+    }
 
+    /* who is in: agreed through the verdict words (admit.c). A stop
+     * request does not cancel a published round: the members may read
+     * this rank's round-r snapshot and move towards it, so this rank must
+     * move too (a rank that stopped here without applying broke the sum;
+     * its peers are alive or marked stopped, so the round ends within a
+     * round's time or the wait bound) */
+    err = shs__first_error(err, shs__decide_members(sh, grp, r, &in));
+    if (!in) {
+        shs__round_done(sh, grp, r, false);
+        return err;
+    }
     /* each pass waits for the stamps, reads, and checks the stamps again; a
      * pass that saw a torn or failed read starts over with the members that
-     * are still good, within one wait bound for the whole round. A stop
-     * request does not cancel a published round: the members read this
-     * rank's round-r snapshot and move towards it, so this rank must move
-     * too (a rank that stopped here without applying broke the sum; its
-     * peers are alive or marked stopped, so the round ends within a round's
-     * time or the wait bound) */
+     * are still good, within one wait bound for the whole round */
     shs__deadline_t dl = shs__deadline_in_ms(sh->cfg.wait_ms);
-    shs__reset_states(sh, grp);
     for (;;) {
+        reread_ok(sh, grp);
         err = shs__first_error(err, shs__wait_slot(sh, grp, r));
         shs_status_t st =
             pull_mean(sh, grp, sh->pub, shs__slot_off(sh, s), shs__own_snapshot(sh, s));
         if (st == SHS_OK && shs__verify_stamps(sh, grp, r, &err))
             break;
         err = shs__first_error(err, st);
-        if (shs__deadline_passed(dl))
+        if (shs__deadline_passed(dl)) {
+            shs__round_done(sh, grp, r, true); /* its members may still read the slot */
             return shs__first_error(err, SHS_ERR_TIMEOUT); /* the round changes nothing */
-        reread_ok(sh, grp);
+        }
     }
     shs__shadow_note_read(sh, grp);
     /* against the snapshot the peers averaged (bf16: its decoding), so
      * that the ranks' moves sum to zero; a bf16 rank keeps its own rounding
      * residual (w - snapshot) in its model */
     shs__apply_result(sh, shs__own_snapshot(sh, s));
+    shs__round_done(sh, grp, r, true);
     return err;
 }
 

@@ -58,17 +58,17 @@ void shs__publish(shs_shadow_t *sh, uint64_t r)
 }
 
 /* Whether slot s of header h holds a completely written round. */
-static bool slot_written(const shs__pub_hdr_t *h, int s)
+bool shs__slot_written(const shs__pub_hdr_t *h, int s)
 {
     return h->seq[s] != 0 && (h->seq[s] & 1) == 0;
 }
 
 /* Highest round a header shows as completely published, plus one (0: none). */
-static uint64_t published_plus1(const shs__pub_hdr_t *h)
+uint64_t shs__published_plus1(const shs__pub_hdr_t *h)
 {
     uint64_t best = 0;
     for (int s = 0; s < 2; s++)
-        if (slot_written(h, s) && h->round[s] + 1 > best)
+        if (shs__slot_written(h, s) && h->round[s] + 1 > best)
             best = h->round[s] + 1;
     return best;
 }
@@ -138,20 +138,31 @@ long shs__shadow_nap_max_ns(const shs_shadow_t *sh)
 shs_status_t shs__shadow_wait(shs_shadow_t *sh, shs__shadow_poll_fn poll, void *arg,
                               bool cancellable)
 {
+    return shs__shadow_wait_ms(sh, poll, arg, cancellable, sh->cfg.wait_ms);
+}
+
+shs_status_t shs__shadow_wait_ms(shs_shadow_t *sh, shs__shadow_poll_fn poll, void *arg,
+                                 bool cancellable, int ms)
+{
     shs__waiter_t w;
     shs_status_t st = SHS_OK;
     uint64_t t0 = shs__now_ns();
-    shs__waiter_init(&w, SHADOW_POLL_SPIN, sh->cfg.wait_ms);
+    /* the bound is checked after every poll: a poll here is an RDMA READ
+     * (and a nap), so the waiter's clock-every-64-polls check would
+     * overshoot a straggler bound by 128 polls */
+    shs__deadline_t dl = shs__deadline_in_ms(ms);
+    shs__waiter_init(&w, SHADOW_POLL_SPIN, -1);
     shs__waiter_nap_max(&w, shs__shadow_nap_max_ns(sh));
     while (!poll(sh, arg)) {
         if (cancellable && shs__shadow_stop_requested(sh)) {
             st = SHS_ERR_CANCELED;
             break;
         }
-        if (shs__waiter_idle(&w)) {
+        if (shs__deadline_passed(dl)) {
             st = SHS_ERR_TIMEOUT;
             break;
         }
+        (void)shs__waiter_idle(&w);
     }
     shs__stat_add(&sh->st.wait_ns_sum, shs__now_ns() - t0);
     return st;
@@ -193,6 +204,9 @@ static void hdr_pass(shs_shadow_t *sh, shs__hdr_wait_t *hw, uint8_t select)
             continue;
         shs_status_t st = shs_read(sh->io, p, sh->scratch, hdr_readback_off(k, hw->which),
                                    sh->pub, 0, SHS__HDR_BYTES, SHS_OP_SIGNAL);
+        if (st == SHS_OK && hw->admit)
+            st = shs_read(sh->io, p, sh->scratch, sh->word_off + (size_t)k * 8, sh->admit_reg,
+                          (size_t)(hw->r % SHS__ADMIT_WORDS) * 8, 8, SHS_OP_SIGNAL);
         if (st != SHS_OK)
             hdr_failed(sh, hw, p, st);
     }
@@ -208,6 +222,7 @@ static void hdr_pass(shs_shadow_t *sh, shs__hdr_wait_t *hw, uint8_t select)
         shs__stat_add(&sh->st.bytes_read, SHS__HDR_BYTES);
         const shs__pub_hdr_t *h = hdr_readback(sh, k, hw->which);
         learn_hdr(sh, p, h);
+        hw->k = k;
         sh->state[p] = hw->classify(sh, hw, p, h);
     }
 }
@@ -228,9 +243,10 @@ shs_status_t shs__wait_headers(shs_shadow_t *sh, shs__hdr_wait_t *hw, bool cance
 {
     hw->err = SHS_OK;
     hw->abort = false;
-    shs_status_t st = shs__shadow_wait(sh, hdr_poll, hw, cancellable);
-    if (st == SHS_ERR_CANCELED)
-        return st;
+    shs_status_t st = shs__shadow_wait_ms(sh, hdr_poll, hw, cancellable,
+                                          hw->bound_ms > 0 ? hw->bound_ms : sh->cfg.wait_ms);
+    if (st == SHS_ERR_CANCELED || (st == SHS_ERR_TIMEOUT && hw->bound_ms > 0))
+        return st; /* a bound of the caller's own: it decides */
     if (st == SHS_ERR_TIMEOUT) {
         for (int k = 0; k < hw->grp->size; k++) {
             int p = hw->grp->ranks[k];
@@ -251,11 +267,13 @@ shs_status_t shs__wait_headers(shs_shadow_t *sh, shs__hdr_wait_t *hw, bool cance
 /* --------------------------------------------------- reading the stamps */
 
 /* What every header read for the pull path tells: the peer's published
- * rounds and whether it stopped. */
-static void note_published(shs_shadow_t *sh, int p, const shs__pub_hdr_t *h)
+ * and finished rounds and whether it stopped. */
+void shs__note_published(shs_shadow_t *sh, int p, const shs__pub_hdr_t *h)
 {
     shs__view_saw_stopped(&sh->view, p, h->stopped != 0);
-    uint64_t pub1 = published_plus1(h);
+    if (h->done > sh->done_seen[p])
+        sh->done_seen[p] = h->done;
+    uint64_t pub1 = shs__published_plus1(h);
     if (pub1 > sh->published_seen[p])
         sh->published_seen[p] = pub1;
 }
@@ -266,25 +284,13 @@ static uint8_t skip_stopped(shs_shadow_t *sh)
     return SHS__PEER_SKIP;
 }
 
-/* The peer has published round hw->r or later. */
-static uint8_t classify_published(shs_shadow_t *sh, shs__hdr_wait_t *hw, int p,
-                                  const shs__pub_hdr_t *h)
-{
-    note_published(sh, p, h);
-    if (sh->published_seen[p] >= hw->r + 1) {
-        sh->seen_seq[p] = h->seq[hw->r & 1];
-        return SHS__PEER_OK;
-    }
-    return h->stopped != 0 ? skip_stopped(sh) : SHS__PEER_PENDING;
-}
-
 /* The peer's slot r mod 2 holds round r, completely written. */
 static uint8_t classify_slot(shs_shadow_t *sh, shs__hdr_wait_t *hw, int p,
                              const shs__pub_hdr_t *h)
 {
     int s = (int)(hw->r & 1);
-    note_published(sh, p, h);
-    if (slot_written(h, s) && h->round[s] == hw->r) {
+    shs__note_published(sh, p, h);
+    if (shs__slot_written(h, s) && h->round[s] == hw->r) {
         if (h->wire != sh->hdr->wire) {
             /* its slots hold another format: reading them would average
              * garbage. The peer sees the same difference and skips this
@@ -304,7 +310,7 @@ static uint8_t classify_slot(shs_shadow_t *sh, shs__hdr_wait_t *hw, int p,
     }
     if (h->stopped != 0)
         return skip_stopped(sh);
-    if (!slot_written(h, s) || h->round[s] <= hw->r)
+    if (!shs__slot_written(h, s) || h->round[s] <= hw->r)
         return SHS__PEER_PENDING;
     /* after a failure the ranks' views (and so their groups) may differ for
      * a few rounds: the peer ran ahead under its own view; it is skipped
@@ -316,43 +322,6 @@ static uint8_t classify_slot(shs_shadow_t *sh, shs__hdr_wait_t *hw, int p,
               (unsigned long long)hw->r, p, (unsigned long long)h->round[s]);
     hw->err = shs__first_error(hw->err, SHS_ERR_PROTOCOL);
     return SHS__PEER_SKIP;
-}
-
-/* Before slot r mod 2 is overwritten with round r: every member of the round
- * r - 2 group has finished round r - 2 (it has published round r - 1), so no
- * one still reads the old contents. Members already seen that far cost
- * nothing (with SHS_SCHED_ALL that is everyone). */
-shs_status_t shs__guard_slot(shs_shadow_t *sh, uint64_t r)
-{
-    shs_group_t old;
-    if (r < 2 || r - 2 < sh->pull_from)
-        return SHS_OK; /* no snapshot of round r - 2 was published on this path */
-    /* the group this rank used in round r - 2 (its view may have changed) */
-    if (sh->hist_valid[r & 1] && sh->hist_round[r & 1] == r - 2) {
-        old = sh->hist[r & 1];
-    } else {
-        shs_status_t st = shs__view_group(&sh->view, &sh->cfg.sched, r - 2, &old);
-        if (st != SHS_OK)
-            return st;
-    }
-    bool any = false;
-    for (int k = 0; k < old.size; k++) {
-        int p = old.ranks[k];
-        if (shs__view_is_dead(&sh->view, p)) {
-            sh->state[p] = SHS__PEER_SKIP;
-        } else if (p == sh->rank || sh->published_seen[p] >= r) {
-            sh->state[p] = SHS__PEER_OK;
-        } else {
-            sh->state[p] = SHS__PEER_PENDING;
-            any = true;
-        }
-    }
-    if (!any)
-        return SHS_OK;
-    shs__hdr_wait_t hw = {.grp = &old, .r = r - 1, .which = 0,
-                          .what = "finish its previous round",
-                          .classify = classify_published};
-    return shs__wait_headers(sh, &hw, true);
 }
 
 /* Wait until every pending member of grp has published round r. A stop

@@ -46,6 +46,7 @@ static shs_status_t run_round(shs_shadow_t *sh)
             return st;
         sh->round_peers = 0;
         sh->rerun = false;
+        sh->next_round = 0;
         st = sh->ops->round(sh, r, &grp);
         if (st == SHS_ERR_CANCELED) {
             shs__check_failures(sh); /* a stop must not hide a failure seen meanwhile */
@@ -55,15 +56,14 @@ static shs_status_t run_round(shs_shadow_t *sh)
             break;
     }
     shs__check_failures(sh);
-    sh->hist[r & 1] = grp;
-    sh->hist_round[r & 1] = r;
-    sh->hist_valid[r & 1] = true;
     /* the round in which this rank saw a failure reports it (foreground
      * callers see SHS_ERR_PEER_FAILED once); the round itself used the
      * members it could read */
     if (sh->view.nfailed > nfailed0 && st == SHS_OK)
         st = SHS_ERR_PEER_FAILED;
-    atomic_store_explicit(&sh->round, r + 1, SHS__RELAXED);
+    /* a round that left this rank out may catch it up (admit.c) */
+    atomic_store_explicit(&sh->round, sh->next_round > r + 1 ? sh->next_round : r + 1,
+                          SHS__RELAXED);
     shs__shadow_note_round(sh, shs__now_ns() - t0, st);
     if (sh->round_peers > 0 && fatal(st))
         sh->poisoned = true;

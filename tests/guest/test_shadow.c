@@ -47,8 +47,10 @@
  *
  * Exit status: 0 pass, 1 fail, 77 no RDMA device.
  */
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -56,6 +58,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <shadowsync/shadowsync.h>
@@ -464,6 +467,43 @@ static void *counter_main(void *arg)
     return NULL;
 }
 
+/* Rank 0: the sum over ranks of the models is the initial sum plus every
+ * increment (adds: this rank's), within the Hogwild races of
+ * shs__delta_apply. Returns the sum (rank 0; 0 elsewhere). */
+static double check_conserved(shs_ctx_t *ctx, shs_region_t *res, const float *w, double initial,
+                              double adds_mine, const char *what, uint64_t rounds)
+{
+    int n = shs_ctx_size(ctx);
+    double *mine = shs_region_addr(res);
+    double before = 0;
+    mine[0] = 0;
+    for (size_t i = 0; i < N_ELEMS; i++)
+        mine[0] += w[i];
+    mine[1] = adds_mine;
+    CHECK_OK(shs_ctx_barrier(ctx));
+    if (g_rank == 0) {
+        double total = mine[0], adds = mine[1];
+        for (int r = 1; r < n; r++) {
+            CHECK_OK(shs_read(ctx, r, res, 64, res, 0, 16, SHS_OP_SIGNAL));
+            CHECK_OK(shs_flush(ctx, r, SHS_TIMEOUT_DEFAULT));
+            total += mine[8];
+            adds += mine[9];
+        }
+        double lost = initial + adds - total;
+        printf("%s: %.0f added over %llu rounds, sum off by %.3f (lost increments "
+               "or rounding)\n", what, adds, (unsigned long long)rounds, lost);
+        /* the Hogwild races of shs__delta_apply (rules.h): a worker's
+         * increment lost (lost > 0) or a round's move of one element lost
+         * under a worker's read-modify-write (either sign; seen: -39.75 of
+         * 31.6M increments); plus rounding, a few ulps per element and round */
+        if (lost < -1.0 - adds * 1e-3 || lost > 1.0 + adds * 1e-3)
+            fail("%s: the ranks' sum is %.3f, expected %.3f (+%.0f increments)", what, total,
+                 initial + adds, adds);
+        before = total;
+    }
+    return before;
+}
+
 /*
  * S-MA with workers adding known increments while rounds run: every round
  * averages the same snapshots on all its members, and each result is applied
@@ -533,34 +573,11 @@ static void case_conserve(shs_ctx_t *ctx, shs_region_t *model, bool staggered)
         fail("conserve: %llu rounds with errors (%s)", (unsigned long long)s.errors,
              shs_status_string(s.last_error));
 
+    double before = check_conserved(ctx, res, w, initial,
+                                     (double)(c[0].adds + c[1].adds) * (double)c[0].inc,
+                                     staggered ? "conserve (staggered stops)" : "conserve",
+                                     s.rounds);
     double *mine = shs_region_addr(res);
-    double before = 0;
-    mine[0] = 0;
-    for (size_t i = 0; i < N_ELEMS; i++)
-        mine[0] += w[i];
-    mine[1] = (double)(c[0].adds + c[1].adds) * (double)c[0].inc;
-    CHECK_OK(shs_ctx_barrier(ctx));
-    if (g_rank == 0) {
-        double total = mine[0], adds = mine[1];
-        for (int r = 1; r < n; r++) {
-            CHECK_OK(shs_read(ctx, r, res, 64, res, 0, 16, SHS_OP_SIGNAL));
-            CHECK_OK(shs_flush(ctx, r, SHS_TIMEOUT_DEFAULT));
-            total += mine[8];
-            adds += mine[9];
-        }
-        double lost = initial + adds - total;
-        printf("conserve%s: %.0f added over %llu rounds, sum off by %.3f (lost increments "
-               "or rounding)\n",
-               staggered ? " (staggered stops)" : "", adds, (unsigned long long)s.rounds, lost);
-        /* the Hogwild races of shs__delta_apply (rules.h): a worker's
-         * increment lost (lost > 0) or a round's move of one element lost
-         * under a worker's read-modify-write (either sign; seen: -39.75 of
-         * 31.6M increments); plus rounding, a few ulps per element and round */
-        if (lost < -1.0 - adds * 1e-3 || lost > 1.0 + adds * 1e-3)
-            fail("conserve: the ranks' sum is %.3f, expected %.3f (+%.0f increments)", total,
-                 initial + adds, adds);
-        before = total;
-    }
     /* the end of the run: every replica becomes the exact mean (the drift
      * since each rank's last round is gone), the sum is kept */
     CHECK_OK(shs_shadow_finish(sh));
@@ -591,6 +608,147 @@ static void case_conserve(shs_ctx_t *ctx, shs_region_t *model, bool staggered)
     CHECK_OK(shs_ctx_barrier(ctx));
     shs_shadow_destroy(sh);
     shs_region_destroy(res);
+}
+
+/* ---------------------------------------------------------------- stall */
+
+#define STALL_RANK 3
+#define STALL_AT_MS 500   /* after the start barrier */
+#define STALL_FOR_MS 4000
+
+static int g_stall_pipe = -1; /* STALL_RANK: the watcher's go */
+static pid_t g_watcher = -1;
+
+/* Before any verbs resource (a fork after registration is unsafe): a child
+ * that, told to, stops this process (SIGSTOP) and continues it later. */
+static void stall_watcher_fork(void)
+{
+    int fd[2];
+    if (pipe(fd) != 0)
+        fail("pipe: %s", strerror(errno));
+    pid_t parent = getpid();
+    g_watcher = fork();
+    if (g_watcher < 0)
+        fail("fork: %s", strerror(errno));
+    if (g_watcher == 0) {
+        char go;
+        close(fd[1]);
+        if (read(fd[0], &go, 1) != 1)
+            _exit(0); /* the parent ended first */
+        usleep(STALL_AT_MS * 1000);
+        kill(parent, SIGSTOP);
+        fprintf(stderr, "rank %d stopped (SIGSTOP) for %d ms\n", g_rank, STALL_FOR_MS);
+        usleep(STALL_FOR_MS * 1000);
+        kill(parent, SIGCONT);
+        fprintf(stderr, "rank %d continued (SIGCONT)\n", g_rank);
+        _exit(0);
+    }
+    close(fd[0]);
+    g_stall_pipe = fd[1];
+}
+
+/*
+ * A rank stopped for STALL_FOR_MS while S-MA runs with workers adding (the
+ * models differ at every round): the others keep syncing among themselves
+ * during the stall, never count it failed, leave it out of rounds
+ * (shs_shadow_peer_skips), read it again once it continues, and the sum over
+ * ranks is conserved throughout.
+ */
+static void case_stall(shs_ctx_t *ctx, shs_region_t *model)
+{
+    int n = shs_ctx_size(ctx);
+    float *w = shs_region_addr(model);
+    shs_shadow_params_t p = base_params(SHS_SHADOW_MA);
+    shs_shadow_t *sh;
+    shs_region_t *res;
+    fill(w, g_rank);
+    CHECK_OK(shs_region_alloc(ctx, 4096, SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_READ, &res));
+    CHECK_OK(shs_shadow_create(ctx, model, 0, N_ELEMS, &p, &sh));
+    double initial = 0;
+    for (int r = 0; r < n; r++)
+        for (size_t i = 0; i < N_ELEMS; i++)
+            initial += value(r, i);
+    atomic_bool quit = false;
+    counter_t c[2];
+    pthread_t th[2];
+    CHECK_OK(shs_shadow_start(sh));
+    for (int i = 0; i < 2; i++) {
+        c[i] = (counter_t){.w = w, .quit = &quit, .id = i, .inc = (float)(g_rank + 1)};
+        if (pthread_create(&th[i], NULL, counter_main, &c[i]) != 0)
+            fail("worker thread");
+    }
+    wait_rounds(sh, 8); /* the straggler bound has round times to go by */
+    CHECK_OK(shs_ctx_barrier(ctx));
+    double t0 = now_s();
+    if (g_rank == STALL_RANK && write(g_stall_pipe, "g", 1) != 1)
+        fail("watcher pipe: %s", strerror(errno));
+    shs_shadow_stats_t s;
+    if (g_rank != STALL_RANK) {
+        /* inside the stall (with margins): the others sync among themselves */
+        while (now_s() - t0 < STALL_AT_MS / 1e3 + 1.0)
+            usleep(10000);
+        uint64_t r0 = shs_shadow_round(sh);
+        CHECK_OK(shs_shadow_stats(sh, &s));
+        uint64_t synced0 = s.rounds;
+        while (now_s() - t0 < (STALL_AT_MS + STALL_FOR_MS) / 1e3 - 0.5)
+            usleep(10000);
+        CHECK_OK(shs_shadow_stats(sh, &s));
+        uint64_t skips;
+        CHECK_OK(shs_shadow_peer_skips(sh, STALL_RANK, &skips));
+        printf("rank %d: during the stall rounds %llu -> %llu, %llu synced, peer %d left out "
+               "of %llu rounds\n", g_rank, (unsigned long long)r0,
+               (unsigned long long)shs_shadow_round(sh),
+               (unsigned long long)(s.rounds - synced0), STALL_RANK, (unsigned long long)skips);
+        if (s.rounds < synced0 + 2)
+            fail("stall: %llu rounds synced during the stall (expected the living ranks to "
+                 "go on)", (unsigned long long)(s.rounds - synced0));
+        if (skips == 0)
+            fail("stall: peer %d was never left out", STALL_RANK);
+        if (s.failed_peers != 0)
+            fail("stall: a straggler was counted failed");
+        /* after it continues: read again (its staleness restarts) */
+        double t_back = t0 + (STALL_AT_MS + STALL_FOR_MS) / 1e3;
+        for (;;) {
+            double ms;
+            CHECK_OK(shs_shadow_peer_staleness(sh, STALL_RANK, &ms));
+            if (ms >= 0 && now_s() - ms / 1e3 > t_back)
+                break;
+            if (now_s() - t_back > RUN_BOUND_S)
+                fail("stall: peer %d not read again within %.0f s of continuing",
+                     STALL_RANK, RUN_BOUND_S);
+            usleep(10000);
+        }
+        printf("rank %d: peer %d read again %.2f s after it continued\n", g_rank, STALL_RANK,
+               now_s() - t_back);
+    } else {
+        while (now_s() - t0 < (STALL_AT_MS + STALL_FOR_MS) / 1e3 + 0.5)
+            usleep(10000);
+    }
+    CHECK_OK(shs_shadow_stats(sh, &s));
+    wait_rounds(sh, s.rounds + 5); /* rounds with everyone back */
+    atomic_store(&quit, true);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    CHECK_OK(shs_shadow_stats(sh, &s));
+    wait_rounds(sh, s.rounds + 3); /* rounds with the workers done */
+    CHECK_OK(shs_ctx_barrier(ctx));
+    CHECK_OK(shs_shadow_stop(sh));
+    CHECK_OK(shs_shadow_stats(sh, &s));
+    printf("rank %d: %llu rounds synced, %llu left out, %llu straggler skips, errors %llu "
+           "\n", g_rank, (unsigned long long)s.rounds,
+           (unsigned long long)s.rounds_left_out, (unsigned long long)s.straggler_skips,
+           (unsigned long long)s.errors);
+    if (s.errors != 0 || s.failed_peers != 0)
+        fail("stall: %llu rounds with errors (%s), %d peers failed",
+             (unsigned long long)s.errors, shs_status_string(s.last_error), s.failed_peers);
+    CHECK_OK(shs_ctx_barrier(ctx));
+    check_conserved(ctx, res, w, initial, (double)(c[0].adds + c[1].adds) * (double)c[0].inc,
+                    "stall", s.rounds);
+    CHECK_OK(shs_ctx_barrier(ctx));
+    shs_shadow_destroy(sh);
+    shs_region_destroy(res);
+    if (g_watcher > 0)
+        waitpid(g_watcher, NULL, 0);
 }
 
 /* ------------------------------------------------------- wire mismatch */
@@ -711,6 +869,8 @@ int main(int argc, char **argv)
         return RC_FAIL;
     }
     g_rank = atoi(getenv("SHS_RANK"));
+    if (strcmp(argv[1], "stall") == 0 && g_rank == STALL_RANK)
+        stall_watcher_fork();
     shs_ctx_t *ctx;
     shs_status_t st = shs_ctx_create(NULL, &ctx);
     if (st == SHS_ERR_NO_DEVICE) {
@@ -747,6 +907,8 @@ int main(int argc, char **argv)
         case_bmuf(ctx, model);
     else if (strcmp(which, "wire-mismatch") == 0)
         case_wire_mismatch(ctx, model);
+    else if (strcmp(which, "stall") == 0)
+        case_stall(ctx, model);
     else if (strcmp(which, "bf16-rule") == 0)
         case_bf16_rule(ctx, model);
     else
