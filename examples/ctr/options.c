@@ -2,7 +2,10 @@
  * shs-ctr's command line: the options, their defaults and checks, and the
  * mode they name.
  */
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +39,11 @@ void ctr_usage(FILE *f)
             "                    the output biases over time beside the JSON\n"
             "  --no-finish       sync modes: evaluate each rank's model as the last round\n"
             "                    left it (no shs_shadow_finish)\n"
+            "  --stall-rank R --stall-for S [--stall-after A]\n"
+            "                    a straggler: rank R is stopped (SIGSTOP) A s after its\n"
+            "                    pass starts (default 10) and continued (SIGCONT) S s\n"
+            "                    later; each rank also prints its rounds once a second\n"
+            "                    (\"sync-series\": seconds since the pass started, rounds)\n"
             "  --model wide|dlrm the student (default wide). dlrm: the hybrid trainer, a\n"
             "                    Criteo-shaped log (13 dense, 26 categorical features),\n"
             "                    sharded embedding tables (row-wise Adagrad on the\n"
@@ -81,6 +89,8 @@ static void defaults(ctr_opts_t *o)
     o->batch = 32;
     o->emb_lr = 0.05f;
     o->tables = "sharded";
+    o->stall_rank = -1;
+    o->stall_after = 10;
 }
 
 /* --params P: the number of buckets that gives about P parameters */
@@ -94,6 +104,39 @@ static void buckets_for(ctr_opts_t *o)
     o->shape.buckets = o->target_params > fixed + per_bucket
                            ? (uint32_t)((o->target_params - fixed) / per_bucket)
                            : 1;
+}
+
+enum { STALL_RANK = 1, STALL_FOR = 2, STALL_AFTER = 4 };
+
+/* the whole argument, a number (an integer if asked): a typo must not stop
+ * rank 0 for 0 s */
+static double stall_arg(const char *opt, const char *s, bool integer)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || errno != 0 || !isfinite(v) ||
+        (integer && (v != floor(v) || fabs(v) > INT_MAX)))
+        ctr_die("%s: not %s: %s", opt, integer ? "a rank number" : "a number of seconds", s);
+    return v;
+}
+
+/* the rank's bound (R < ranks) is checked once the context is up (stall.c) */
+static void check_stall(const ctr_opts_t *o, int given)
+{
+    if (!(given & STALL_RANK))
+        ctr_die("--stall-for/--stall-after: need --stall-rank R (the rank to stop)");
+    if (!(given & STALL_FOR))
+        ctr_die("--stall-rank: needs --stall-for S (the seconds it stays stopped)");
+    if (o->stall_rank < 0)
+        ctr_die("--stall-rank %d: not a rank (0 or more, below the number of ranks)",
+                o->stall_rank);
+    if (!(o->stall_for > 0))
+        ctr_die("--stall-for %g: must be more than 0 seconds", o->stall_for);
+    if (!(o->stall_after >= 0))
+        ctr_die("--stall-after %g: must be 0 seconds or more", o->stall_after);
+    if (o->eval_only != NULL)
+        ctr_die("--stall-rank: not with --eval-only (it has no pass to stall)");
 }
 
 void ctr_parse(int argc, char **argv, ctr_opts_t *o)
@@ -116,8 +159,11 @@ void ctr_parse(int argc, char **argv, ctr_opts_t *o)
         {"batch", 1, NULL, 'j'},        {"emb-lr", 1, NULL, 'u'},
         {"tables", 1, NULL, 'y'},       {"save", 1, NULL, 'O'},
         {"eval-only", 1, NULL, 'V'},
+        {"stall-rank", 1, NULL, 'r'},    {"stall-for", 1, NULL, 'f'},
+        {"stall-after", 1, NULL, 'd'},
         {NULL, 0, NULL, 0}};
     int dim_set = 0;
+    int stall = 0; /* STALL_* bits of the --stall-* options given */
     int c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (c) {
@@ -158,6 +204,18 @@ void ctr_parse(int argc, char **argv, ctr_opts_t *o)
         case 'y': o->tables = optarg; break;
         case 'O': o->save = optarg; break;
         case 'V': o->eval_only = optarg; break;
+        case 'r':
+            o->stall_rank = (int)stall_arg("--stall-rank", optarg, true);
+            stall |= STALL_RANK;
+            break;
+        case 'f':
+            o->stall_for = stall_arg("--stall-for", optarg, false);
+            stall |= STALL_FOR;
+            break;
+        case 'd':
+            o->stall_after = stall_arg("--stall-after", optarg, false);
+            stall |= STALL_AFTER;
+            break;
         case 'h': ctr_usage(stdout); exit(0);
         default: ctr_usage(stderr); exit(2);
         }
@@ -187,6 +245,8 @@ void ctr_parse(int argc, char **argv, ctr_opts_t *o)
      * a barrier instead of the finish leaves slower ranks waiting (shadow.h) */
     if (o->no_finish && strcmp(o->mode, "fr-easgd") == 0)
         ctr_die("--no-finish: not with fr-easgd (its finish serves the ranks' last deltas)");
+    if (stall != 0)
+        check_stall(o, stall);
     if (o->eval_only != NULL)
         ctr_hybrid_read_header(o);
     if (o->target_params > 0)

@@ -160,6 +160,7 @@ static void check_memory(ctr_run_t *r)
 
 static void teardown(ctr_run_t *r)
 {
+    ctr_stall_end(r);
     if (r->sh != NULL)
         shs_shadow_destroy(r->sh);
     if (r->hy != NULL)
@@ -185,6 +186,8 @@ int ctr_main(int argc, char **argv, const ctr_hooks_t *hooks)
     ctr_mode_of(&r);
     r.rank = 0;
     r.size = 1;
+    /* before the context: no verbs resource may exist when the watcher forks */
+    ctr_stall_fork(&r);
     if (strcmp(r.o.mode, "single") != 0) {
         /* the library finds rank and size: shs-launch, Open MPI, Slurm,
          * torchrun, or SHS_RANK/SHS_SIZE */
@@ -193,6 +196,7 @@ int ctr_main(int argc, char **argv, const ctr_hooks_t *hooks)
         r.size = shs_ctx_size(r.ctx);
     }
     g_rank = r.rank;
+    ctr_stall_rank(&r);
     double tgen;
     if (strcmp(r.o.model, "dlrm") == 0) {
         ctr_hybrid_setup(&r, &tgen);

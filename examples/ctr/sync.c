@@ -4,6 +4,7 @@
  * foreground round that the workers stop for (FR modes), the end of the run
  * (shs_shadow_finish, the average of the ranks' models), and --sync-only.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -104,6 +105,23 @@ static void failure_figures(const ctr_run_t *r, const shs_shadow_stats_t *s, ctr
            (unsigned long long)s->rounds_after_failure, res->syncs_per_min_after);
 }
 
+/* The rounds that left a late member out (shadow.h, Stragglers): printed
+ * when there were some, and always with --stall-rank. */
+static void straggler_figures(const ctr_run_t *r, const shs_shadow_stats_t *s)
+{
+    if (s->straggler_skips == 0 && s->rounds_left_out == 0 && r->o.stall_rank < 0)
+        return;
+    printf("%-10s rank %d: stragglers: %llu skips, this rank left out of %llu rounds", r->o.label,
+           r->rank, (unsigned long long)s->straggler_skips,
+           (unsigned long long)s->rounds_left_out);
+    for (int p = 0; p < r->size; p++) {
+        uint64_t n;
+        if (p != r->rank && shs_shadow_peer_skips(r->sh, p, &n) == SHS_OK && n > 0)
+            printf("; left out peer %d in %llu rounds", p, (unsigned long long)n);
+    }
+    printf("\n");
+}
+
 /* After the pass (workers joined, res->examples and train_s set): stops the
  * shadow thread and takes the engine's figures into res. */
 void ctr_sync_stop(ctr_run_t *r, ctr_result_t *res, ctr_fail_mark_t *mark, double t0)
@@ -115,6 +133,7 @@ void ctr_sync_stop(ctr_run_t *r, ctr_result_t *res, ctr_fail_mark_t *mark, doubl
             r->hooks->pass_done(r);
         CTR_CHECK(shs_shadow_stop(r->sh));
     }
+    ctr_series_sample(r, true);
     shs_shadow_stats_t s;
     CTR_CHECK(shs_shadow_stats(r->sh, &s));
     res->rounds = s.rounds;
@@ -128,8 +147,12 @@ void ctr_sync_stop(ctr_run_t *r, ctr_result_t *res, ctr_fail_mark_t *mark, doubl
     res->torn = s.torn_retries;
     res->staleness_ms = s.staleness_ms_max;
     res->failed = s.failed_peers;
+    res->straggler_skips = s.straggler_skips;
+    res->rounds_left_out = s.rounds_left_out;
     if (s.failed_peers > 0)
         failure_figures(r, &s, res, mark, t0);
+    straggler_figures(r, &s);
+    ctr_series_print(r);
 }
 
 /* Whether the job-wide steps at the end (shs_shadow_finish, barriers, the
@@ -201,8 +224,16 @@ void ctr_sync_only(ctr_run_t *r)
 {
     CTR_CHECK(shs_ctx_barrier(r->ctx));
     CTR_CHECK(shs_shadow_start(r->sh));
-    usleep((useconds_t)(r->o.sync_only_s * 1e6));
+    r->t0 = ctr_now();
+    ctr_stall_start(r);
+    /* in slices, to sample the rounds series (--stall-rank) on the way */
+    for (double left; (left = r->t0 + r->o.sync_only_s - ctr_now()) > 0;) {
+        ctr_series_sample(r, false);
+        usleep((useconds_t)(fmin(left, 0.1) * 1e6));
+    }
+    ctr_stall_end(r);
     CTR_CHECK(shs_shadow_stop(r->sh));
+    ctr_series_sample(r, true);
     shs_shadow_stats_t s;
     CTR_CHECK(shs_shadow_stats(r->sh, &s));
     printf("sync-only rank %d: %zu params (%.1f MB), %s%s, %llu rounds, %.1f syncs/min, "
@@ -211,6 +242,8 @@ void ctr_sync_only(ctr_run_t *r)
            r->o.ds ? " (ds)" : "", (unsigned long long)s.rounds, s.syncs_per_min,
            s.round_us_mean / 1e3, s.wait_us_mean / 1e3, (double)s.bytes_read / 1e6,
            s.staleness_ms_max, (unsigned long long)s.errors);
+    straggler_figures(r, &s);
+    ctr_series_print(r);
     ctr_result_t res;
     memset(&res, 0, sizeof(res));
     res.rounds = s.rounds;
@@ -220,6 +253,8 @@ void ctr_sync_only(ctr_run_t *r)
     res.bytes = s.bytes_read + s.bytes_written;
     res.errors = s.errors;
     res.staleness_ms = s.staleness_ms_max;
+    res.straggler_skips = s.straggler_skips;
+    res.rounds_left_out = s.rounds_left_out;
     r->nckpt = 0;
     ctr_write_json(r, &res);
 }

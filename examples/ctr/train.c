@@ -2,7 +2,8 @@
  * The training pass of shs-ctr: W Hogwild workers on this rank's share of
  * the stream, and the monitor (this thread) that takes the checkpoints, notes
  * when a failed peer is first seen and, with --dump, samples the output
- * biases. Then the end of the run: teardown, evaluation, report.
+ * biases (with --stall-rank, the rounds once a second). Then the end of the
+ * run: teardown, evaluation, report.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -106,6 +107,7 @@ static void monitor(ctr_run_t *r, ctr_worker_t *ws, double t0, ctr_fail_mark_t *
         uint64_t done = workers_done(ws, r->o.workers);
         if (r->hooks != NULL && r->hooks->progress != NULL)
             r->hooks->progress(r, done);
+        ctr_series_sample(r, false);
         shs_shadow_stats_t s;
         if (r->sync && mark->t == 0 && shs_shadow_stats(r->sh, &s) == SHS_OK &&
             s.failed_peers > 0) {
@@ -180,7 +182,9 @@ void ctr_train(ctr_run_t *r)
     double t0 = ctr_now();
     r->t0 = t0;
     ctr_sync_start(r);
+    ctr_stall_start(r);
     run_pass(r, &res, &mark, t0);
+    ctr_stall_end(r);
     if (r->hy != NULL)
         ctr_hybrid_end_pass(r);
     ctr_sync_stop(r, &res, &mark, t0);

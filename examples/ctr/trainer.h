@@ -2,7 +2,8 @@
  * The parts of the CTR trainer (shs-ctr) and what they share: the options
  * (options.c), one run's state, the workers and the monitor (train.c), the
  * sync driver (sync.c: the shadow engine or the foreground rounds), the
- * evaluation and the output (report.c), and the entry point (run.c).
+ * evaluation and the output (report.c), --stall-rank (stall.c), and the
+ * entry point (run.c).
  * Public API calls only, as in tools/.
  *
  * ctr_main() takes hooks: a test driver (tests/guest/ctr_fault.c, the
@@ -17,6 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include <shadowsync/shadowsync.h>
 #include <shadowsync/shadow.h>
@@ -59,6 +61,8 @@ typedef struct ctr_opts {
     float emb_lr;                           /* the tables' row-wise Adagrad rate */
     const char *save;                       /* dlrm: write the final model to DIR */
     const char *eval_only;                  /* dlrm: load DIR's model, evaluate it */
+    int stall_rank;                         /* --stall-rank: the rank to stop, -1: none */
+    double stall_for, stall_after;          /* its stall and when it starts (s) */
 } ctr_opts_t;
 
 typedef struct ctr_hybrid ctr_hybrid_t;
@@ -101,6 +105,8 @@ struct ctr_run {
     int nckpt;
     double t0; /* the pass started (ctr_now) */
     int failed; /* peers failed during the run: skip the job-wide teardown steps */
+    pid_t stall_pid; /* --stall-rank: the watcher child (stall.c), 0: none */
+    int stall_fd;    /* its socket, while stall_pid != 0 */
 };
 
 /* One Hogwild worker thread of the pass (train.c). */
@@ -125,6 +131,7 @@ typedef struct ctr_result {
     int failed;
     double fail_seen_s, eps_after, syncs_per_min_after;
     uint64_t rounds_after;
+    uint64_t straggler_skips, rounds_left_out; /* the engine's straggler counters */
     double curve_ne[CTR_MAX_CKPT + 1], curve_auc[CTR_MAX_CKPT + 1];
 } ctr_result_t;
 
@@ -195,5 +202,19 @@ double ctr_evaluate_run(ctr_run_t *r, const float *avg, ctr_result_t *res);
 void ctr_print_result(const ctr_run_t *r, const ctr_result_t *res, double eval_s, bool averaged);
 void ctr_write_json(const ctr_run_t *r, const ctr_result_t *res);
 void ctr_write_trace(const ctr_run_t *r, const double (*trace)[4], int n);
+
+/* stall.c: --stall-rank. fork before the context (every rank: the rank is
+ * not known yet); rank once it is known (checks R, dismisses the other
+ * ranks' watchers); start when the pass starts (rank R: the watcher's clock
+ * runs); end when it ends (a stall not begun is called off; the watcher is
+ * reaped). The series: each rank's rounds once a second (sample from the
+ * monitor; last: the final point, whenever it is taken). */
+void ctr_stall_fork(ctr_run_t *r);
+void ctr_stall_rank(ctr_run_t *r);
+void ctr_stall_start(ctr_run_t *r);
+void ctr_stall_end(ctr_run_t *r);
+void ctr_series_sample(ctr_run_t *r, bool last);
+void ctr_series_print(const ctr_run_t *r);
+void ctr_series_json(FILE *f);
 
 #endif
