@@ -8,6 +8,7 @@
  *   view.c        the failure view (pure: unit-tested on the host)
  *   snapshot.c    published headers: seqlock writer, header reads, the
  *                 engine's one wait skeleton, the failure glue
+ *   admit.c       stragglers: the agreed verdicts, the slot guard, catch-up
  *   path_pull.c   the pull and live data paths (RDMA READ of the snapshots)
  *   path_ring.c   the ring data path (check-in, ring allreduce)
  *   path_easgd.c  EASGD: the center slices and the inboxes
@@ -18,6 +19,8 @@
  *   scratch  LOCAL_WRITE   header read-backs + (g - 1) receive chunks
  *   acc      LOCAL_WRITE   n floats: the round's mean / result; EASGD: the
  *                          center as read
+ *   admit    REMOTE_ATOMIC SHS__ADMIT_WORDS verdict words (8 KiB), swapped
+ *                          only by peers
  *   EASGD only: center (REMOTE_READ, the owned slice), inbox (REMOTE_WRITE,
  *   two slots per sender), dbuf (the outgoing d, source of the writes).
  *   BMUF only: w_g and D (private memory).

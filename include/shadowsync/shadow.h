@@ -76,6 +76,33 @@
  * `errors`; later rounds succeed over the living ranks (failed_peers and
  * rounds_after_failure in the stats). A restarted rank cannot rejoin.
  *
+ * Stragglers (pull path: MA and BMUF, all or DS-Sync groups). A member that
+ * is alive but late (stopped, swapped, throttled) does not slow its group.
+ * The rule: round r's members are the set F_r that every member of the
+ * group agrees on; each member of F_r averages over exactly F_r and moves
+ * by mean - its own snapshot, so the moves sum to zero over F_r; a member
+ * out of F_r moves by nothing that round. F_r is agreed through one 8-byte
+ * verdict word per member and round, in that member's memory, written only
+ * by its peers' compare-and-swaps (shs_cas) and decided once: "in" by the
+ * first peer that saw its round-r snapshot published, "out" by the first
+ * peer whose straggler bound ran out (SHS_SHADOW_STRAGGLER_MS: auto is 4x
+ * the median of the recent rounds that left no one out, at least 200 ms;
+ * the foreground rounds of shs_shadow_sync keep SHS_SHADOW_WAIT_MS); every
+ * other member reads the word and follows. A member stuck two rounds or
+ * more behind is left out at once. A member left out catches up: it jumps
+ * to the round after the highest any living peer has published, and is
+ * read again from there (in the guest, within 0.3-2 s of continuing). A
+ * member that was in a round and then stopped while reading keeps its
+ * peers from overwriting that round's snapshot slot: they sit every second
+ * round out (at no cost in time) until it finishes. A straggler is never
+ * counted failed: stats count straggler_skips, rounds_left_out and, per
+ * peer, shs_shadow_peer_skips. SHS_SHADOW_WAIT_MS bounds only the waits no
+ * rule can cut short (a member's own verdict when every peer is silent, a
+ * torn read retried), after which the round ends with an error. Not
+ * covered: the ring and live paths and EASGD wait as before (up to
+ * SHS_SHADOW_WAIT_MS per round), and a member more than 1024 rounds behind
+ * inside one round ends that round with SHS_ERR_PROTOCOL.
+ *
  * Threads. The engine moves its data on an endpoint of its own (context.h),
  * created by shs_shadow_create: the shadow thread drives it between
  * shs_shadow_start and shs_shadow_stop, and the calling thread keeps the
