@@ -12,6 +12,16 @@
  * of F_r (with another) averages over exactly F_r and applies mean - own
  * snapshot, which sum to zero over F_r; a member out of F_r applies nothing.
  *
+ * Withdrawal: a member whose own word no one decided within the straggler
+ * bound (the members that took it in stopped, or died, before deciding
+ * it) withdraws: it stores out = r + 1 in its header, then loads its word,
+ * and concludes "in" if the word was decided in by then, else "out"; it
+ * writes the conclusion (out_v). A member that decides its word afterwards
+ * reads its header after doing so (the slot wait after the verdicts), before
+ * it reads the slot: the store came before the load, which came before the
+ * late compare-and-swap, so that read sees out = r + 1 and follows the
+ * conclusion. So no one reads the slot of a rank that concluded out.
+ *
  * Slots: a member overwrites slot r mod 2 only after every other member of
  * the F of the round it holds has finished that round (its header's done);
  * when one has not within the straggler bound (a straggler stopped while
@@ -141,8 +151,33 @@ void shs__sit_out(shs_shadow_t *sh, uint64_t r)
 {
     SHS_DEBUG("shadow: sitting round %llu out (at %.3f s)", (unsigned long long)r,
               (double)shs__now_ns() / 1e9);
+    /* the conclusion first: nothing was published, no one can take it in */
+    __atomic_store_n(&sh->hdr->out_v, verdict_word(r, false), __ATOMIC_RELEASE);
     __atomic_store_n(&sh->hdr->out, r + 1, __ATOMIC_RELEASE);
+    shs__stat_add(&sh->st.left_out, 1);
     set_done(sh, r + 1);
+}
+
+/* Withdraw from round r (the rule at the top); returns whether this rank
+ * is in all the same. */
+static bool withdraw(shs_shadow_t *sh, uint64_t r)
+{
+    __atomic_store_n(&sh->hdr->out, r + 1, __ATOMIC_SEQ_CST);
+    atomic_thread_fence(memory_order_seq_cst);
+    uint64_t w = __atomic_load_n(&sh->admit[r % SHS__ADMIT_WORDS], __ATOMIC_SEQ_CST);
+    if (verdict_round(w) != r)
+        w = verdict_word(r, false);
+    __atomic_store_n(&sh->hdr->out_v, w, __ATOMIC_RELEASE);
+    return (w & VERDICT_IN) != 0;
+}
+
+int shs__withdrew(const shs__pub_hdr_t *h, uint64_t r)
+{
+    if (h->out != r + 1)
+        return 0;
+    if (verdict_round(h->out_v) != r)
+        return -1;
+    return (h->out_v & VERDICT_IN) ? 0 : 1;
 }
 
 /* ----------------------------------------------------------- the verdicts */
@@ -152,6 +187,9 @@ void shs__sit_out(shs_shadow_t *sh, uint64_t r)
 static int want_of(shs_shadow_t *sh, uint64_t r, int p, const shs__pub_hdr_t *h)
 {
     int s = (int)(r & 1);
+    int wd = shs__withdrew(h, r);
+    if (wd != 0)
+        return wd > 0 ? 1 : 0; /* it withdrew (out), or is about to say whether */
     if (shs__slot_written(h, s) && h->round[s] == r)
         return 2;
     if (h->stopped != 0 || h->out == r + 1 || shs__published_plus1(h) > r + 1)
@@ -243,12 +281,31 @@ static uint8_t classify_verdict(shs_shadow_t *sh, shs__hdr_wait_t *hw, int p,
     return SHS__PEER_PENDING;
 }
 
-/* This rank's own verdict for hw->r is in its word. */
+/* What the wait for this rank's own verdict looks at. */
+typedef struct {
+    uint64_t r;
+    const shs_group_t *grp;
+    bool orphaned; /* every member that could decide it has failed */
+} own_wait_t;
+
+/* This rank's own verdict for ow->r is in its word, or no one is left to
+ * decide it: the members this rank took in decide it (the others are out
+ * and decide nothing), and when every one of them has failed (killed after
+ * it published) the word stays empty. */
 static bool own_decided(shs_shadow_t *sh, void *arg)
 {
-    uint64_t r = *(const uint64_t *)arg;
-    uint64_t w = __atomic_load_n(&sh->admit[r % SHS__ADMIT_WORDS], __ATOMIC_ACQUIRE);
-    return verdict_round(w) == r;
+    own_wait_t *ow = arg;
+    uint64_t w = __atomic_load_n(&sh->admit[ow->r % SHS__ADMIT_WORDS], __ATOMIC_ACQUIRE);
+    if (verdict_round(w) == ow->r)
+        return true;
+    for (int k = 0; k < ow->grp->size; k++) {
+        int p = ow->grp->ranks[k];
+        if (p != sh->rank && sh->state[p] == SHS__PEER_OK &&
+            shs_ctx_peer_status(sh->io, p, NULL) == SHS_OK)
+            return false;
+    }
+    ow->orphaned = true;
+    return true;
 }
 
 shs_status_t shs__decide_members(shs_shadow_t *sh, const shs_group_t *grp, uint64_t r, bool *in)
@@ -263,16 +320,23 @@ shs_status_t shs__decide_members(shs_shadow_t *sh, const shs_group_t *grp, uint6
     if (!other)
         return err; /* every other member is out: the round changes nothing */
     /* another member is in: whether this rank is, its word says (the
-     * members decide it as they decide each other) */
-    shs_status_t st = shs__shadow_wait(sh, own_decided, &r, false);
-    if (st != SHS_OK) {
-        SHS_ERROR("shadow round %llu: no member decided whether this rank is in within %d ms "
-                  "(SHS_SHADOW_WAIT_MS); it applies nothing", (unsigned long long)r,
-                  sh->cfg.wait_ms);
-        return shs__first_error(err, st);
+     * members decide it as they decide each other), within the straggler
+     * bound of the round; past it, or when the members that would decide
+     * it failed, this rank withdraws */
+    uint64_t spent_ms = (shs__now_ns() - sh->round_t0) / 1000000u;
+    int bound = straggler_ms(sh);
+    int left = spent_ms >= (uint64_t)bound ? 1 : bound - (int)spent_ms;
+    own_wait_t ow = {.r = r, .grp = grp, .orphaned = false};
+    shs_status_t st = shs__shadow_wait_ms(sh, own_decided, &ow, false, left);
+    if (st == SHS_OK && !ow.orphaned) {
+        uint64_t w = __atomic_load_n(&sh->admit[r % SHS__ADMIT_WORDS], __ATOMIC_ACQUIRE);
+        *in = (w & VERDICT_IN) != 0;
+    } else {
+        *in = withdraw(sh, r);
+        SHS_DEBUG("shadow round %llu: no member decided whether this rank is in within "
+                  "%d ms%s; withdrew: %s", (unsigned long long)r, bound,
+                  ow.orphaned ? " (they failed)" : "", *in ? "in all the same" : "out");
     }
-    uint64_t w = __atomic_load_n(&sh->admit[r % SHS__ADMIT_WORDS], __ATOMIC_ACQUIRE);
-    *in = (w & VERDICT_IN) != 0;
     if (!*in)
         shs__stat_add(&sh->st.left_out, 1);
     return err;

@@ -54,7 +54,9 @@ typedef struct shs__pub_hdr {
     uint64_t done;     /* 1 + the last round this rank has finished (its move applied, or
                           left out, or sat out; after a catch-up, the round before the
                           next it runs); 0: none yet */
-    uint64_t out;      /* 1 + a round this rank sits out without publishing (admit.c) */
+    uint64_t out;      /* 1 + a round this rank sits out or withdrew from (admit.c) */
+    uint64_t out_v;    /* the verdict word it concluded for that round: written
+                          after out, read after it (admit.c, "withdrawal") */
 } shs__pub_hdr_t;
 
 #define SHS__HDR_BYTES sizeof(shs__pub_hdr_t)
@@ -328,6 +330,10 @@ shs_status_t shs__decide_members(shs_shadow_t *sh, const shs_group_t *grp, uint6
  * whose state is PEER_OK, who read its slot), or not (out, or alone: it
  * catches up). */
 void shs__round_done(shs_shadow_t *sh, const shs_group_t *grp, uint64_t r, bool applied);
+/* Whether a member taken in for round r withdrew from it (its header h read
+ * after its verdict): 1 it withdrew (it is out), 0 it did not, or is in
+ * all the same, -1 its conclusion is not written yet. */
+int shs__withdrew(const shs__pub_hdr_t *h, uint64_t r);
 
 /* path_ring.c: a collective for the engine's own registered memory, set up
  * on sh->ctx, its calls on io (sh->io for the thread's, sh->ctx for the

@@ -290,6 +290,13 @@ static uint8_t classify_slot(shs_shadow_t *sh, shs__hdr_wait_t *hw, int p,
 {
     int s = (int)(hw->r & 1);
     shs__note_published(sh, p, h);
+    int wd = shs__withdrew(h, hw->r); /* read after its verdict (admit.c) */
+    if (wd < 0)
+        return SHS__PEER_PENDING;
+    if (wd > 0) {
+        shs__stat_add(&sh->st.skipped, 1);
+        return SHS__PEER_SKIP;
+    }
     if (shs__slot_written(h, s) && h->round[s] == hw->r) {
         if (h->wire != sh->hdr->wire) {
             /* its slots hold another format: reading them would average

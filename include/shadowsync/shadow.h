@@ -89,19 +89,28 @@
  * the median of the recent rounds that left no one out, at least 200 ms;
  * the foreground rounds of shs_shadow_sync keep SHS_SHADOW_WAIT_MS); every
  * other member reads the word and follows. A member stuck two rounds or
- * more behind is left out at once. A member left out catches up: it jumps
- * to the round after the highest any living peer has published, and is
- * read again from there (in the guest, within 0.3-2 s of continuing). A
- * member that was in a round and then stopped while reading keeps its
- * peers from overwriting that round's snapshot slot: they sit every second
- * round out (at no cost in time) until it finishes. A straggler is never
- * counted failed: stats count straggler_skips, rounds_left_out and, per
- * peer, shs_shadow_peer_skips. SHS_SHADOW_WAIT_MS bounds only the waits no
- * rule can cut short (a member's own verdict when every peer is silent, a
- * torn read retried), after which the round ends with an error. Not
- * covered: the ring and live paths and EASGD wait as before (up to
- * SHS_SHADOW_WAIT_MS per round), and a member more than 1024 rounds behind
- * inside one round ends that round with SHS_ERR_PROTOCOL.
+ * more behind is left out at once. A member whose own word no peer decided
+ * within the bound (the peers that took it in stopped or died first: a
+ * DS-Sync pair) withdraws: it marks round r withdrawn in its published
+ * header, then reads its word once; decided "in" by then, it is in, else
+ * out, and it publishes that conclusion. A peer that decides its word later
+ * reads that header before reading its snapshot, sees the mark, and follows
+ * the conclusion, so the members still agree. A member left out catches up:
+ * it jumps to the round after the highest any living peer has published,
+ * and is read again from there. A member that was in a round and then
+ * stopped while reading keeps its peers from overwriting that round's
+ * snapshot slot: they sit every second round out (at no cost in time) until
+ * it finishes. A straggler is never counted failed: stats count
+ * straggler_skips, rounds_left_out and, per peer, shs_shadow_peer_skips.
+ * SHS_SHADOW_WAIT_MS bounds only the waits no rule can cut short (a torn
+ * read retried, the foreground rounds), after which the round ends with an
+ * error. On this path a silent peer whose connection lives is never counted
+ * failed, however long it is silent (a failed rank cannot rejoin, so that
+ * would end its part in the job): only the transport fails a peer (an error
+ * completion, a disconnect, SHS_OP_TIMEOUT_MS). Not covered: the ring and
+ * live paths and EASGD wait as before (up to SHS_SHADOW_WAIT_MS per round),
+ * and a member more than 1024 rounds behind inside one round ends that
+ * round with SHS_ERR_PROTOCOL.
  *
  * Threads. The engine moves its data on an endpoint of its own (context.h),
  * created by shs_shadow_create: the shadow thread drives it between
@@ -240,8 +249,9 @@ typedef struct shs_shadow_stats {
                                  seen, 0: none */
     uint64_t straggler_skips; /* (member, round) pairs this rank's rounds left out as late
                                  (see "Stragglers"): a late peer is not counted failed */
-    uint64_t rounds_left_out; /* rounds in which this rank was itself left out as late:
-                                 it published too late and applied no move */
+    uint64_t rounds_left_out; /* rounds in which this rank was itself out: left out as
+                                 late, withdrawn, or sat out (see "Stragglers"); it
+                                 applied no move */
 } shs_shadow_stats_t;
 
 /*
