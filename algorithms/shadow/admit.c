@@ -73,16 +73,26 @@ static int straggler_ms(const shs_shadow_t *sh)
         return sh->cfg.wait_ms;
     if (sh->cfg.straggler_ms > 0)
         return sh->cfg.straggler_ms;
-    unsigned n = sh->full_n < SHS__ROUND_HIST ? sh->full_n : SHS__ROUND_HIST;
-    if (n < 4)
+    if (sh->full_med_ns == 0)
         return sh->cfg.wait_ms;
-    uint64_t v[SHS__ROUND_HIST];
-    memcpy(v, sh->full_ns, n * sizeof(uint64_t));
-    qsort(v, n, sizeof(uint64_t), cmp_u64);
-    uint64_t ms = v[n / 2] * STRAGGLER_X / 1000000u;
+    uint64_t ms = sh->full_med_ns * STRAGGLER_X / 1000000u;
     if (ms < STRAGGLER_FLOOR_MS)
         ms = STRAGGLER_FLOOR_MS;
     return ms > (uint64_t)sh->cfg.wait_ms ? sh->cfg.wait_ms : (int)ms;
+}
+
+/* Round r took dt_ns and left no one out: the history, and its median
+ * (0 until SHS__ROUND_HIST / 4 rounds are in it). */
+static void note_full_round(shs_shadow_t *sh, uint64_t dt_ns)
+{
+    sh->full_ns[sh->full_n++ % SHS__ROUND_HIST] = dt_ns;
+    unsigned n = sh->full_n < SHS__ROUND_HIST ? sh->full_n : SHS__ROUND_HIST;
+    if (n < SHS__ROUND_HIST / 4)
+        return;
+    uint64_t v[SHS__ROUND_HIST];
+    memcpy(v, sh->full_ns, n * sizeof(uint64_t));
+    qsort(v, n, sizeof(uint64_t), cmp_u64);
+    sh->full_med_ns = v[n / 2];
 }
 
 static void set_done(shs_shadow_t *sh, uint64_t plus1)
@@ -376,7 +386,7 @@ void shs__round_done(shs_shadow_t *sh, const shs_group_t *grp, uint64_t r, bool 
         any_out |= !in;
     }
     if (applied && !any_out)
-        sh->full_ns[sh->full_n++ % SHS__ROUND_HIST] = shs__now_ns() - sh->round_t0;
+        note_full_round(sh, shs__now_ns() - sh->round_t0);
     uint64_t next = applied ? r + 1 : catch_up_round(sh, r);
     if (SHS_LOG_LVL_DEBUG <= shs__log_level()) {
         char who[8 * SHS_GROUP_MAX] = "";

@@ -178,6 +178,9 @@ struct shs_shadow {
     uint64_t round_t0;     /* when this rank published the current round */
     uint64_t full_ns[SHS__ROUND_HIST]; /* durations of recent rounds that left no one out */
     unsigned full_n;
+    uint64_t full_med_ns;  /* their median (0: too few yet): the straggler bound's
+                              base, and the pace of the waits' naps (one round
+                              that held a stopped rank must not slow them) */
     uint64_t next_round;   /* set by a round that catches up: the next round to run */
     /* per slot: the round it holds and who reads it (self_in false: no one) */
     uint64_t slot_round[2];

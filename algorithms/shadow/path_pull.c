@@ -33,11 +33,20 @@ static void nap(const shs_shadow_t *sh, size_t bytes)
     nanosleep(&ts, NULL);
 }
 
+/* A piece counts at most this many times the estimate: a piece that took
+ * seconds (the process was stopped, or preempted, between posting and
+ * flushing) would otherwise raise it so far that the naps, which the next
+ * pieces' times include, hold it up for dozens of rounds: a straggler that
+ * continued took a second a round for ten seconds. */
+#define RATE_OUTLIER_X 2.0
+
 static void learn_rate(shs_shadow_t *sh, size_t bytes, uint64_t ns)
 {
     if (bytes == 0)
         return;
     double x = (double)ns / (double)bytes;
+    if (sh->ns_per_byte > 0 && x > RATE_OUTLIER_X * sh->ns_per_byte)
+        x = RATE_OUTLIER_X * sh->ns_per_byte;
     sh->ns_per_byte = sh->ns_per_byte <= 0 ? x : 0.75 * sh->ns_per_byte + 0.25 * x;
 }
 

@@ -131,7 +131,14 @@ static void learn_hdr(shs_shadow_t *sh, int from, const shs__pub_hdr_t *h)
 
 long shs__shadow_nap_max_ns(const shs_shadow_t *sh)
 {
-    long adaptive = (long)(atomic_load_explicit(&sh->st.round_ns_last, SHS__RELAXED) / 32u);
+    /* the pull path's median round when it has one: the last round alone
+     * may be one that held a stopped member for seconds, and a nap of a
+     * thirty-second of that kept a straggler that continued seconds behind
+     * its group */
+    uint64_t base = sh->full_med_ns != 0
+                        ? sh->full_med_ns
+                        : atomic_load_explicit(&sh->st.round_ns_last, SHS__RELAXED);
+    long adaptive = (long)(base / 32u);
     return adaptive > SHS__IDLE_SLEEP_MAX_NS ? adaptive : SHS__IDLE_SLEEP_MAX_NS;
 }
 

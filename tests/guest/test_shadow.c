@@ -45,7 +45,8 @@
  *   stall      rank 3 is stopped (SIGSTOP) for 4 s while S-MA runs with
  *              workers adding: the others keep syncing, leave it out
  *              (peer skips), never count it failed, read it again once it
- *              continues; no errors and the sum over ranks is kept
+ *              continues; back, it is left out of at most 5 rounds while
+ *              it syncs 10; no errors and the sum over ranks is kept
  *   stall-ds   the same in DS-Sync pairs (hypercube, g = 2): a partner
  *              that took it in before it stopped withdraws
  * With SHS_SHADOW_WIRE=bf16 in the environment the cases run on bf16
@@ -740,6 +741,19 @@ static void case_stall(shs_ctx_t *ctx, shs_region_t *model, bool ds)
     } else {
         while (now_s() - t0 < (STALL_AT_MS + STALL_FOR_MS) / 1e3 + 0.5)
             usleep(10000);
+        /* back, it keeps the group's pace: the round that held it stopped
+         * must not slow the next ones (its transfer rate and naps once
+         * learned the stop, and it was left out of every second round for
+         * seconds) */
+        CHECK_OK(shs_shadow_stats(sh, &s));
+        uint64_t out0 = s.rounds_left_out;
+        wait_rounds(sh, s.rounds + 10);
+        CHECK_OK(shs_shadow_stats(sh, &s));
+        printf("rank %d: back: left out of %llu rounds while it synced 10\n", g_rank,
+               (unsigned long long)(s.rounds_left_out - out0));
+        if (s.rounds_left_out - out0 > 5)
+            fail("stall: left out of %llu rounds while it synced 10 after it continued",
+                 (unsigned long long)(s.rounds_left_out - out0));
     }
     CHECK_OK(shs_shadow_stats(sh, &s));
     wait_rounds(sh, s.rounds + 5); /* rounds with everyone back */
