@@ -10,7 +10,6 @@
 #include "transport/transport.h"
 
 /* Flushes write zero bytes here; 64 bytes keep it one cache line. */
-#define SHS__SCRATCH_LEN 64
 
 static void disconnect_all(shs_ctx_t *ctx)
 {
@@ -30,10 +29,12 @@ static void disconnect_all(shs_ctx_t *ctx)
 
 static shs_status_t scratch_register(shs_ctx_t *ctx)
 {
-    if (posix_memalign(&ctx->scratch, SHS__SCRATCH_LEN, SHS__SCRATCH_LEN) != 0)
+    /* the fence target, the barrier's source word, one arrival word per rank */
+    ctx->scratch_len = SHS__SCRATCH_ARRIVE + (size_t)ctx->size * 8;
+    if (posix_memalign(&ctx->scratch, SHS__SCRATCH_ALIGN, ctx->scratch_len) != 0)
         return SHS_ERR_NO_MEMORY;
-    memset(ctx->scratch, 0, SHS__SCRATCH_LEN);
-    ctx->scratch_mr = ibv_reg_mr(ctx->pd, ctx->scratch, SHS__SCRATCH_LEN,
+    memset(ctx->scratch, 0, ctx->scratch_len);
+    ctx->scratch_mr = ibv_reg_mr(ctx->pd, ctx->scratch, ctx->scratch_len,
                                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
     if (ctx->scratch_mr == NULL) {
         SHS_ERROR("%s: ibv_reg_mr (scratch): %s", ctx->dev_name, strerror(errno));
@@ -59,7 +60,7 @@ static shs_status_t scratch_exchange(shs_ctx_t *ctx)
 {
     shs__remote_t mine = {
         .addr = (uintptr_t)ctx->scratch,
-        .len = SHS__SCRATCH_LEN,
+        .len = ctx->scratch_len,
         .rkey = ctx->scratch_mr->rkey,
         .flags = SHS_ACCESS_REMOTE_WRITE,
     };
@@ -359,7 +360,9 @@ shs_status_t shs_ctx_barrier(shs_ctx_t *ctx)
     if (shs__ctx_refused(ctx, "shs_ctx_barrier") ||
         shs__ctx_endpoint_refused(ctx, "shs_ctx_barrier"))
         return SHS_ERR_BAD_STATE;
-    return shs__boot_barrier(ctx->boot);
+    if (ctx->size == 1)
+        return SHS_OK;
+    return shs__mesh_barrier(ctx);
 }
 
 shs_status_t shs_ctx_peer_status(const shs_ctx_t *ctx, int peer, const char **reason_p)

@@ -379,6 +379,34 @@ shs_status_t shs_send(shs_ctx_t *ctx, int peer, shs_region_t *local, size_t loca
     return post_batch(ctx, conn, 1);
 }
 
+/* An 8-byte write from this rank's scratch area (local_off) into peer's
+ * (remote_off), signaled, on the peer's first queue pair: the mesh
+ * barrier's arrival (barrier.c). */
+shs_status_t shs__post_scratch_word(shs_ctx_t *ctx, int peer, size_t local_off,
+                                    size_t remote_off)
+{
+    shs__peer_t *p = &ctx->peers[peer];
+    if (shs__peer_is_failed(p))
+        return SHS_ERR_PEER_FAILED;
+    shs__conn_t *conn = &p->conns[0];
+    const shs__remote_t *sc = &ctx->scratch_remote[peer];
+    shs_status_t status = reserve(ctx, conn, 1, 0);
+    if (status != SHS_OK)
+        return status;
+    struct ibv_sge *sge = &ctx->sge[0];
+    struct ibv_send_wr *wr = &ctx->wr[0];
+    sge->addr = (uintptr_t)ctx->scratch + local_off;
+    sge->length = 8;
+    sge->lkey = ctx->scratch_mr->lkey;
+    wr->sg_list = sge;
+    wr->num_sge = 1;
+    wr->opcode = IBV_WR_RDMA_WRITE;
+    wr->wr.rdma.remote_addr = sc->addr + remote_off;
+    wr->wr.rdma.rkey = sc->rkey;
+    fill_wr(ctx, conn, 0, 8, true);
+    return post_batch(ctx, conn, 1);
+}
+
 /* Make the last work request posted on conn a signaled one, so that its
  * completion tells when everything before it is done: a zero-byte write into
  * the peer's scratch area. */

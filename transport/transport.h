@@ -34,6 +34,12 @@
 #define SHS__REASON_LEN 192
 #define SHS__POST_BATCH 16 /* work requests chained into one post (one doorbell) */
 #define SHS__WC_BATCH 32
+/* the scratch area's layout (context.c, barrier.c): the fence target at 0,
+ * the barrier's source word, then from SHS__SCRATCH_ARRIVE one arrival word
+ * per rank */
+#define SHS__SCRATCH_ALIGN 64
+#define SHS__SCRATCH_SOURCE 8
+#define SHS__SCRATCH_ARRIVE 64
 /* A wait's deadline counts time without a completion, so completions must
  * come at least every this many bytes: otherwise one flush of 64 MiB over a
  * slow link (a few MB/s between emulated guests) looks like a dead peer. A
@@ -211,10 +217,14 @@ struct shs_ctx {
     struct rdma_event_channel *cm_channel;
     struct rdma_cm_id *listen_id;
 
-    /* a small region on every rank that flushes write zero bytes into */
+    /* a small region on every rank: flushes write zero bytes at its start,
+     * the mesh barrier writes from SHS__SCRATCH_SOURCE into the peers'
+     * arrival words (barrier.c) */
     struct ibv_mr *scratch_mr;
     void *scratch;
+    size_t scratch_len;
     shs__remote_t *scratch_remote;
+    uint64_t bar_epoch;       /* barriers this context has entered */
 
     shs__peer_t *peers;       /* size entries; peers[rank] unused */
     shs__conn_t **conns;      /* nconns, indexed by shs__conn_t.index */
@@ -333,5 +343,9 @@ shs_status_t shs__msg_check(shs_ctx_t *ctx);
 
 /* completions (rma.c) */
 int shs__poll(shs_ctx_t *ctx);
+/* the mesh barrier's arrival write (rma.c) and the barrier (barrier.c) */
+shs_status_t shs__post_scratch_word(shs_ctx_t *ctx, int peer, size_t local_off,
+                                    size_t remote_off);
+shs_status_t shs__mesh_barrier(shs_ctx_t *ctx);
 
 #endif

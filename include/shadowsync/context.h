@@ -22,7 +22,7 @@
  * shs_write, shs_write_imm, shs_send, ...), and no lock is shared between
  * two endpoints or an endpoint and its context on the data path. Each
  * endpoint, like the context, is driven by one thread at a time. Calls that
- * are collective over the bootstrap (shs_ctx_barrier, region creation,
+ * are collective (shs_ctx_barrier, and over the bootstrap region creation,
  * collectives and engines that create regions, endpoint creation) are made
  * on the context, by the thread that drives it; on an endpoint they return
  * SHS_ERR_BAD_STATE. Immediate channels are per endpoint.
@@ -178,14 +178,19 @@ SHS_API shs_status_t shs_ctx_channel_alloc(shs_ctx_t *ctx, unsigned *channel_p);
 SHS_API void shs_ctx_channel_free(shs_ctx_t *ctx, unsigned channel);
 
 /*
- * shs_ctx_barrier - return once every rank has entered the barrier.
- * Collective, over the bootstrap (not the data path). It does not wait for
+ * shs_ctx_barrier - return once every living rank has entered the barrier.
+ * Collective among the ranks the transport has not failed, over the queue
+ * pairs (each rank writes its arrival into every peer's memory): no rank is
+ * special, so it works after any rank died, rank 0 included. A rank that
+ * fails before or during the barrier is not waited for once its failure is
+ * seen (the barrier's own write to it fails within SHS_OP_TIMEOUT_MS at
+ * most); a living rank is waited for up to SHS_BOOTSTRAP_TIMEOUT_MS. Use
+ * shs_ctx_peer_status to learn who is left. It does not wait for
  * outstanding RDMA operations: call shs_flush() first for that.
- * Status: SHS_OK, SHS_ERR_PEER_FAILED (a rank left), SHS_ERR_TIMEOUT
- * (bootstrap timeout), SHS_ERR_INVALID_ARG, SHS_ERR_BAD_STATE (an endpoint,
- * or a forked child's copy). It does not wait for shadow engines: to wait
- * until every rank's engine is done, call shs_shadow_stop on every rank,
- * then this barrier.
+ * Status: SHS_OK, SHS_ERR_TIMEOUT (a living rank did not arrive in time),
+ * SHS_ERR_INVALID_ARG, SHS_ERR_BAD_STATE (an endpoint, or a forked child's
+ * copy). It does not wait for shadow engines: to wait until every rank's
+ * engine is done, call shs_shadow_stop on every rank, then this barrier.
  */
 SHS_API shs_status_t shs_ctx_barrier(shs_ctx_t *ctx);
 

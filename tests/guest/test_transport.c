@@ -15,7 +15,11 @@
  *             SHS_ERR_SIZE_MISMATCH
  *   token     the last rank presents another job token: it is refused
  *   kill      rank 1 is SIGKILLed while rank 0 writes to it: rank 0 gets a
- *             peer failure within the op timeout, and still talks to rank 2
+ *             peer failure within the op timeout, the survivors barrier
+ *             among themselves, and rank 0 still talks to rank 2
+ *   kill-root rank 0 (the bootstrap's root) is SIGKILLed after start-up:
+ *             the others barrier among themselves (it is not waited for
+ *             once seen failed), talk, barrier again and leave cleanly
  *   msg       two-sided messages (SHS_MSG_SIZE 4096): 0..4096 bytes in order
  *             and byte for byte, mixed with immediates, buffers given back
  *             out of order, SHS_PEER_ANY, local refusals
@@ -375,6 +379,11 @@ static void case_kill(shs_ctx_t *ctx)
         if (now_s() - t1 > 0.5)
             fail("calls naming a failed peer do not return at once");
     }
+    /* the survivors barrier among themselves: rank 2 has not talked to
+     * rank 1, its barrier finds out (the mesh barrier, context.h) */
+    double tb = now_s();
+    CHECK_OK(shs_ctx_barrier(ctx));
+    printf("rank %d: barrier among the living in %.2f s\n", me, now_s() - tb);
     /* the survivors still talk to each other */
     if (me == 0) {
         CHECK_OK(shs_write_imm(ctx, 2, buf, 0, buf, 0, 4096, 42, SHS_OP_SIGNAL));
@@ -406,6 +415,36 @@ static void case_kill(shs_ctx_t *ctx)
                 (void)shs_flush(ctx, 0, SHS_TIMEOUT_DEFAULT);
         }
     }
+    shs_region_destroy(buf);
+}
+
+/* ------------------------------------------------------------ kill-root */
+
+static void case_kill_root(shs_ctx_t *ctx)
+{
+    int me = shs_ctx_rank(ctx), n = shs_ctx_size(ctx);
+    shs_region_t *buf;
+
+    CHECK_OK(shs_region_alloc(ctx, 4096, SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_WRITE,
+                              &buf));
+    CHECK_OK(shs_ctx_barrier(ctx));
+    if (me == 0) {
+        usleep(300 * 1000); /* the others are in the next barrier by now */
+        raise(SIGKILL);
+    }
+    double tb = now_s();
+    CHECK_OK(shs_ctx_barrier(ctx));
+    CHECK_EQ(shs_ctx_peer_status(ctx, 0, NULL), SHS_ERR_PEER_FAILED);
+    printf("rank %d: barrier without rank 0 in %.2f s\n", me, now_s() - tb);
+    /* the living talk: each writes to the next survivor with an immediate */
+    int next = me + 1 < n ? me + 1 : 1, prev = me > 1 ? me - 1 : n - 1;
+    CHECK_OK(shs_write_imm(ctx, next, buf, 0, buf, 0, 64, 100u + (unsigned)me, SHS_OP_SIGNAL));
+    CHECK_OK(shs_flush(ctx, next, SHS_TIMEOUT_DEFAULT));
+    uint32_t imm = 0;
+    CHECK_OK(shs_wait_imm(ctx, prev, NULL, &imm, 30000));
+    if (imm != 100u + (unsigned)prev)
+        fail("immediate %u from rank %d", imm, prev);
+    CHECK_OK(shs_ctx_barrier(ctx));
     shs_region_destroy(buf);
 }
 
@@ -538,13 +577,15 @@ static int child(const char *which)
         case_mismatch(ctx);
     else if (strcmp(which, "kill") == 0)
         case_kill(ctx);
+    else if (strcmp(which, "kill-root") == 0)
+        case_kill_root(ctx);
     else if (strcmp(which, "msg") == 0)
         case_msg(ctx);
     else if (strcmp(which, "endpoint") == 0)
         case_endpoint(ctx);
     else
         fail("unknown case %s", which);
-    if (strcmp(which, "kill") != 0)
+    if (strncmp(which, "kill", 4) != 0)
         CHECK_OK(shs_ctx_barrier(ctx));
     shs_ctx_destroy(ctx);
     return RC_OK;
@@ -578,12 +619,13 @@ int main(int argc, char **argv)
     if (argc == 3 && strcmp(argv[1], "--child") == 0)
         return child(argv[2]);
     if (argc < 3 || argc > 4) {
-        fprintf(stderr, "usage: %s basic|mismatch|token|kill|msg|endpoint NRANKS [oob|rdmacm]\n", argv[0]);
+        fprintf(stderr, "usage: %s basic|mismatch|token|kill|kill-root|msg|endpoint NRANKS [oob|rdmacm]\n", argv[0]);
         return RC_FAIL;
     }
     const char *which = argv[1];
     int n = atoi(argv[2]);
-    if (n < 2 || n > 64 || (strcmp(which, "kill") == 0 && n < 3))
+    bool kill_case = strncmp(which, "kill", 4) == 0;
+    if (n < 2 || n > 64 || (kill_case && n < 3))
         return fprintf(stderr, "bad rank count %d\n", n), RC_FAIL;
     if (!have_rdma_device()) {
         fprintf(stderr, "no RDMA device (/sys/class/infiniband is empty): skipped\n");
@@ -593,7 +635,7 @@ int main(int argc, char **argv)
     const char *vm_count = getenv("SHS_VM_COUNT");
     if (vm_count != NULL && atoi(vm_count) > 1) {
         char boot[80], first[64] = "";
-        if (atoi(vm_count) != n || strcmp(which, "kill") == 0)
+        if (atoi(vm_count) != n || kill_case)
             return fprintf(stderr, "across guests: NRANKS must be the guest count, no kill\n"),
                    RC_FAIL;
         sscanf(getenv("SHS_VM_PEERS") != NULL ? getenv("SHS_VM_PEERS") : "", "%63s", first);
@@ -621,7 +663,7 @@ int main(int argc, char **argv)
         setenv("SHS_CONNECT", argv[3], 1);
     if (getenv("SHS_VM_DEV") != NULL && getenv("SHS_DEVICE") == NULL)
         setenv("SHS_DEVICE", getenv("SHS_VM_DEV"), 1);
-    if (strcmp(which, "kill") == 0) {
+    if (kill_case) {
         /* notice the dead peer fast: 134 ms ack timeout, 3 retries. Not
          * shorter: the survivors keep talking, and a guest stalled on a
          * loaded host missed 4 acks of 17 ms (retry exceeded between the
@@ -679,7 +721,8 @@ int main(int argc, char **argv)
         if (r == n)
             continue;
         pids[r] = -1;
-        bool killed_on_purpose = strcmp(which, "kill") == 0 && r == 1 &&
+        int victim = strcmp(which, "kill-root") == 0 ? 0 : 1;
+        bool killed_on_purpose = kill_case && r == victim &&
                                  WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
         if (killed_on_purpose)
             continue;
