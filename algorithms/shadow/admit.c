@@ -27,9 +27,13 @@
  * when one has not within the straggler bound (a straggler stopped while
  * reading), the member sits round r out: it publishes nothing, says so in
  * its header (out), and its peers leave it out at once. A member left out
- * catches up: it jumps to the round after the highest any living peer has
- * published, so that no peer can have decided a round it publishes without
- * its word (the far-behind rule below relies on it).
+ * catches up: it jumps to the highest round any living peer has published
+ * (the round the group is in, where it can meet its partners; jumping one
+ * past it, ranks staggered over three rounds in DS-Sync pairs each found
+ * their partner ahead, jumped past it, and leapfrogged for good). Only a
+ * member so far behind that a peer may have left it out of that round
+ * without a word (the far-behind rule below) jumps one past it, where no
+ * peer can have decided anything yet.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -155,6 +159,12 @@ shs_status_t shs__guard_slot(shs_shadow_t *sh, uint64_t r, bool *sit)
     if (!*sit)
         sh->slot_held[s] = false;
     return hw.err;
+}
+
+void shs__note_finished(shs_shadow_t *sh, uint64_t r)
+{
+    if (__atomic_load_n(&sh->hdr->done, __ATOMIC_RELAXED) < r + 1)
+        set_done(sh, r + 1);
 }
 
 void shs__sit_out(shs_shadow_t *sh, uint64_t r)
@@ -354,11 +364,13 @@ shs_status_t shs__decide_members(shs_shadow_t *sh, const shs_group_t *grp, uint6
 
 /* --------------------------------------------------------- end of a round */
 
-/* The round after the highest any living peer has published (this rank
- * read their headers just now), at least r + 1. */
+/* The highest round any living peer has published (this rank read their
+ * headers just now), or the one after it when this rank is so far behind
+ * that the far-behind rule may have left it out of that one; at least
+ * r + 1. */
 static uint64_t catch_up_round(shs_shadow_t *sh, uint64_t r)
 {
-    uint64_t next = r + 1;
+    uint64_t top = 0; /* highest published round, plus one */
     for (int p = 0; p < sh->size; p++) {
         if (p == sh->rank || shs__view_is_dead(&sh->view, p))
             continue;
@@ -366,10 +378,16 @@ static uint64_t catch_up_round(shs_shadow_t *sh, uint64_t r)
             continue;
         const shs__pub_hdr_t *h = (const shs__pub_hdr_t *)sh->scratch_mem;
         shs__note_published(sh, p, h);
-        if (shs__published_plus1(h) > next)
-            next = shs__published_plus1(h);
+        if (shs__published_plus1(h) > top)
+            top = shs__published_plus1(h);
     }
-    return next;
+    if (top == 0)
+        return r + 1;
+    /* the far-behind rule needs done + SHS__ADMIT_WORDS <= that round; half
+     * the span leaves a margin for an older done a peer may have read */
+    uint64_t done = __atomic_load_n(&sh->hdr->done, __ATOMIC_RELAXED);
+    uint64_t next = done + SHS__ADMIT_WORDS / 2 > top - 1 ? top - 1 : top;
+    return next > r + 1 ? next : r + 1;
 }
 
 void shs__round_done(shs_shadow_t *sh, const shs_group_t *grp, uint64_t r, bool applied)

@@ -326,6 +326,8 @@ void shs__note_published(shs_shadow_t *sh, int p, const shs__pub_hdr_t *h);
  * not, and this rank sits round r out (shs__sit_out). */
 shs_status_t shs__guard_slot(shs_shadow_t *sh, uint64_t r, bool *sit);
 void shs__sit_out(shs_shadow_t *sh, uint64_t r);
+/* Round r ended on another path (the ring): the header says so. */
+void shs__note_finished(shs_shadow_t *sh, uint64_t r);
 /* The verdicts of round r over grp: members in get state PEER_OK, members
  * out PEER_SKIP; *in: this rank is in with at least one other member. */
 shs_status_t shs__decide_members(shs_shadow_t *sh, const shs_group_t *grp, uint64_t r, bool *in);

@@ -117,11 +117,9 @@ static shs_status_t give_way(shs_shadow_t *sh, uint64_t r, const shs_group_t *gr
     return shs__round_pull(sh, r, grp);
 }
 
-static shs_status_t round_ring(shs_shadow_t *sh, uint64_t r, const shs_group_t *grp)
+static shs_status_t ring_round(shs_shadow_t *sh, uint64_t r, const shs_group_t *grp)
 {
     shs_group_t ring;
-    if (!ring_usable(sh))
-        return give_way(sh, r, grp);
     if (grp->size == 1)
         return SHS_OK;
     shs_status_t err = ring_checkin(sh, r, grp, &ring);
@@ -150,6 +148,20 @@ static shs_status_t round_ring(shs_shadow_t *sh, uint64_t r, const shs_group_t *
     shs__shadow_note_read(sh, &ring);
     shs__apply_result(sh, snap);
     return err;
+}
+
+static shs_status_t round_ring(shs_shadow_t *sh, uint64_t r, const shs_group_t *grp)
+{
+    if (!ring_usable(sh))
+        return give_way(sh, r, grp);
+    shs_status_t st = ring_round(sh, r, grp);
+    /* the header's finished round follows the ring rounds too: after a
+     * failure the ranks pull, and the pull path's straggler rule reads a
+     * member whose finished round lags as stuck (left out at once: every
+     * member left every other out, and no round synced) */
+    if (st != SHS_ERR_CANCELED)
+        shs__note_finished(sh, r);
+    return st;
 }
 
 const shs__path_ops_t shs__path_ring = {

@@ -96,8 +96,9 @@
  * out, and it publishes that conclusion. A peer that decides its word later
  * reads that header before reading its snapshot, sees the mark, and follows
  * the conclusion, so the members still agree. A member left out catches up:
- * it jumps to the round after the highest any living peer has published,
- * and is read again from there. A member that was in a round and then
+ * it jumps to the highest round any living peer has published (the round
+ * its group is in; one past it when it was 512 rounds or more behind), and
+ * is read again from there. A member that was in a round and then
  * stopped while reading keeps its peers from overwriting that round's
  * snapshot slot: they sit every second round out (at no cost in time) until
  * it finishes. A straggler is never counted failed: stats count
