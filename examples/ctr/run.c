@@ -166,8 +166,11 @@ static void teardown(ctr_run_t *r)
     if (r->hy != NULL)
         ctr_hybrid_teardown(r);
     if (r->ctx != NULL) {
-        if (r->failed == 0 && shs_ctx_barrier(r->ctx) != SHS_OK)
-            fprintf(stderr, "shs-ctr rank %d: final barrier failed\n", r->rank);
+        /* among the living, after a failure too (rank 0's included) */
+        shs_status_t st = shs_ctx_barrier(r->ctx);
+        if (st != SHS_OK)
+            fprintf(stderr, "shs-ctr rank %d: final barrier failed: %s\n", r->rank,
+                    shs_status_string(st));
         shs_region_destroy(r->region);
         shs_ctx_destroy(r->ctx);
     } else {
