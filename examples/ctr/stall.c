@@ -8,7 +8,8 @@
  * ranks other than R dismiss theirs at once. The end of the socket tells the
  * watcher that its parent ended or the pass is over: it then exits without
  * a signal. Also the rounds series that shows the stall: each rank's rounds
- * once a second.
+ * once a second (also kept with --sync-only, to compare with a run without
+ * a stall).
  */
 #include <errno.h>
 #include <poll.h>
@@ -145,7 +146,9 @@ void ctr_stall_end(ctr_run_t *r)
 
 void ctr_series_sample(ctr_run_t *r, bool last)
 {
-    if (r->o.stall_rank < 0 || r->sh == NULL)
+    /* with a stall, or when the engine runs alone (the figures compare the
+     * two series) */
+    if ((r->o.stall_rank < 0 && r->o.sync_only_s <= 0) || r->sh == NULL)
         return;
     double t = ctr_now() - r->t0;
     if (!last && (t < next_sample || nseries == SERIES_MAX))

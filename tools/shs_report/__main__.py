@@ -9,6 +9,7 @@
     fr-every DIR LABEL       FR interval matching the S run LABEL (ctr-run)
     tradeoff DIR [--page P | --no-page]      medians of tools/ctr-tradeoff
     fault-figures DIR [--page P | --no-page] the two runs of tools/fault-figures
+    stall-figures DIR [--page P | --no-page] the runs of tools/stall-figures
     allreduce-compare RESULTS --mtu N --command C [--page P | --no-page]
                                              the report of tools/allreduce-compare
     emb-compare RESULTS --command C [--page P | --no-page]
@@ -23,7 +24,7 @@
 import sys
 
 from . import (allreduce, ctr, emb, faults, finish, free_port, pyoverhead, pytorch, seeds,
-               summary, sweeps, tradeoff)
+               stalls, summary, sweeps, tradeoff)
 
 COMMANDS = {
     "ctr": ctr.main,
@@ -32,6 +33,7 @@ COMMANDS = {
     "fr-every": sweeps.main_fr_every,
     "tradeoff": tradeoff.main,
     "fault-figures": faults.main,
+    "stall-figures": stalls.main,
     "emb-compare": emb.main,
     "allreduce-compare": allreduce.main,
     "python-overhead": pyoverhead.main,
