@@ -407,7 +407,26 @@ shs_status_t shs_emb_save(shs_emb_t *e, const char *dir)
     shs_status_t st = shs_ctx_barrier(e->ctx);
     if (st != SHS_OK)
         return st;
-    if (e->me >= 0)
+    /* the barrier meets the living ranks only, and a save without a dead
+     * holder's shard cannot be loaded (or is taken for whole): the ranks
+     * agree over the bootstrap, whose gather fails everywhere when any
+     * rank is gone, and write nothing unless every holder is alive */
+    int32_t mine = SHS_OK;
+    for (uint32_t o = 0; o < e->layout.shards && mine == SHS_OK; o++) {
+        int r = e->holder_rank[o];
+        if (r != e->rank && shs_ctx_peer_status(e->ctx, r, NULL) != SHS_OK) {
+            SHS_ERROR("shs_emb_save: holder %u (rank %d) has failed: its shard cannot be "
+                      "saved; no rank writes", o, r);
+            mine = SHS_ERR_PEER_FAILED;
+        }
+    }
+    int32_t *all = calloc((size_t)e->size, sizeof(int32_t));
+    st = all != NULL ? shs__ctx_allgather(e->ctx, &mine, sizeof(mine), all) : SHS_ERR_NO_MEMORY;
+    for (int r = 0; st == SHS_OK && r < e->size; r++)
+        if (all[r] != SHS_OK)
+            st = SHS_ERR_PEER_FAILED;
+    free(all);
+    if (st == SHS_OK && e->me >= 0)
         st = shs__emb_shard_save(dir, &e->layout, (uint32_t)e->me, e->dim, e->data, e->state);
     shs_status_t bs = shs_ctx_barrier(e->ctx);
     return st != SHS_OK ? st : bs;

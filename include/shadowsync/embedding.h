@@ -270,7 +270,10 @@ SHS_API shs_status_t shs_emb_stats(const shs_emb_t *emb, shs_emb_stats_t *stats_
  * Collective: it starts with a barrier, so call it once every worker of
  * every rank has flushed (updates in flight are not in the save). Each rank
  * returns its own status, after a closing barrier.
- * Status: SHS_OK; SHS_ERR_IO (logged with the path); SHS_ERR_INVALID_ARG.
+ * Status: SHS_OK; SHS_ERR_IO (logged with the path); SHS_ERR_INVALID_ARG;
+ * SHS_ERR_PEER_FAILED (a holder has failed, or a rank is gone: the ranks
+ * agree on it first and none writes its shard, since the save could not
+ * be whole).
  */
 SHS_API shs_status_t shs_emb_save(shs_emb_t *emb, const char *dir);
 

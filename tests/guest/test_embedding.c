@@ -26,6 +26,7 @@
  * Exit status: 0 pass, 1 fail, 77 no RDMA device.
  */
 #include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -440,6 +441,21 @@ static void case_kill(shs_ctx_t *ctx)
     if (s.peer_failures < 2)
         fail("stats count %llu peer failures", (unsigned long long)s.peer_failures);
     printf("rank %d: dead holder refused in %.1f s; the rest works\n", g_rank, now_s() - t0);
+    /* a save cannot hold the dead holder's shard: every survivor refuses
+     * it and none writes its own (a partial save would load as garbage) */
+    char dir[160];
+    const char *token = getenv("SHS_JOB_TOKEN");
+    snprintf(dir, sizeof(dir), "/tmp/shs-emb-kill-save-%s", token != NULL ? token : "none");
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        fail("mkdir %s: %s", dir, strerror(errno));
+    CHECK_EQ(shs_emb_save(emb, dir), SHS_ERR_PEER_FAILED);
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        fail("opendir %s: %s", dir, strerror(errno));
+    for (struct dirent *de; (de = readdir(d)) != NULL;)
+        if (strncmp(de->d_name, "shard-", 6) == 0)
+            fail("a save with a dead holder wrote %s/%s", dir, de->d_name);
+    closedir(d);
     fflush(stdout);
     survivors_meet(n - 1);
     _exit(RC_OK); /* no collective teardown with a dead rank */
