@@ -8,10 +8,12 @@
  * has not failed (8-byte RDMA writes, flushed), then waits until every such
  * peer's word here is at least e, or the transport fails that peer. The
  * words only grow, so a rank already in barrier e + 1 counts as arrived at
- * e. A peer that dies before or during a barrier is not waited for once its
- * failure is seen: the barrier's own write to it fails within
- * SHS_OP_TIMEOUT_MS at most (sooner with a disconnect event). A rank that is
- * alive but slow is waited for, up to SHS_BOOTSTRAP_TIMEOUT_MS.
+ * e; one at e + 2 (or at e + 1 when this rank enters e) is skew, an error.
+ * A peer that dies before or during a barrier is not waited for once its
+ * failure is seen: its disconnect, an error completion of the barrier's own
+ * write to it, or that write not completing within SHS_OP_TIMEOUT_MS. A
+ * rank that is alive but slow is waited for, up to
+ * SHS_BOOTSTRAP_TIMEOUT_MS.
  */
 #include <stdatomic.h>
 #include <string.h>
@@ -46,41 +48,83 @@ static void announce(shs_ctx_t *ctx, uint64_t e, bool all)
     }
 }
 
+/* A peer whose arrival writes have not completed for SHS_OP_TIMEOUT_MS
+ * while this rank waited for it is failed here: where the queue pair
+ * retries without end (rxe at SHS_QP_RETRY=7) no error completion would
+ * ever come. A stopped process's device still acknowledges. */
+static void fail_silent(shs_ctx_t *ctx, int p, uint64_t waited_ns)
+{
+    shs__peer_t *peer = &ctx->peers[p];
+    const shs__conn_t *c = &peer->conns[0];
+    if (c->sq_done < c->sq_posted && waited_ns / 1000000u >= (uint64_t)ctx->cfg.op_timeout_ms)
+        shs__peer_fail(peer, SHS_ERR_TIMEOUT,
+                       "no completion for %d ms of its barrier arrival writes "
+                       "(SHS_OP_TIMEOUT_MS): peer dead or link down?",
+                       ctx->cfg.op_timeout_ms);
+}
+
+/* A living peer already past barrier e + 1 (at_entry: past e): the ranks
+ * called the barrier a different number of times, or it counted this rank
+ * failed and went on. Passing would pair barriers that do not match. */
+static int ahead(const shs_ctx_t *ctx, uint64_t e, bool at_entry)
+{
+    for (int p = 0; p < ctx->size; p++)
+        if (p != ctx->rank && !shs__peer_is_failed(&ctx->peers[p]) &&
+            arrived(ctx, p) > (at_entry ? e : e + 1))
+            return p;
+    return -1;
+}
+
+static shs_status_t skewed(const shs_ctx_t *ctx, uint64_t e, int p)
+{
+    SHS_ERROR("barrier %llu: rank %d is already at barrier %llu: the ranks called "
+              "shs_ctx_barrier a different number of times, or it counted this rank failed",
+              (unsigned long long)e, p, (unsigned long long)arrived(ctx, p));
+    return SHS_ERR_PROTOCOL;
+}
+
 shs_status_t shs__mesh_barrier(shs_ctx_t *ctx)
 {
     uint64_t e = ++ctx->bar_epoch;
+    int p = ahead(ctx, e, true);
+    if (p >= 0)
+        return skewed(ctx, e, p);
     memcpy((char *)ctx->scratch + SHS__SCRATCH_SOURCE, &e, 8);
     announce(ctx, e, true);
     /* landed before this rank waits: a peer that passes and leaves has
-     * this rank's arrival already */
-    for (int p = 0; p < ctx->size; p++)
-        if (p != ctx->rank && !shs__peer_is_failed(&ctx->peers[p]))
-            (void)shs_flush(ctx, p, SHS_TIMEOUT_DEFAULT);
+     * this rank's arrival already (failed peers are skipped) */
+    (void)shs_flush(ctx, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT);
     shs__waiter_t w;
     shs__waiter_init(&w, ctx->cfg.poll_spin < 0 ? 0u : (unsigned)ctx->cfg.poll_spin,
                      ctx->cfg.bootstrap_timeout_ms);
-    uint64_t probe = shs__now_ns() + BARRIER_PROBE_NS;
+    uint64_t t0 = shs__now_ns(), probe = t0 + BARRIER_PROBE_NS;
     int waiting;
     for (;;) {
         waiting = -1;
-        for (int p = 0; p < ctx->size && waiting < 0; p++)
-            if (p != ctx->rank && arrived(ctx, p) < e && !shs__peer_is_failed(&ctx->peers[p]))
-                waiting = p;
+        for (int q = 0; q < ctx->size && waiting < 0; q++)
+            if (q != ctx->rank && arrived(ctx, q) < e && !shs__peer_is_failed(&ctx->peers[q]))
+                waiting = q;
         if (waiting < 0)
-            return SHS_OK;
-        /* completions (an error one fails its peer) */
-        (void)shs__poll(ctx);
-        if (shs__waiter_idle(&w))
             break;
-        if (shs__now_ns() >= probe) {
+        /* completions (an error one fails its peer) */
+        if (shs__poll(ctx) < 0)
+            return SHS_ERR_DEVICE;
+        if (shs__waiter_idle(&w)) {
+            SHS_ERROR("barrier %llu: rank %d did not arrive within %d ms "
+                      "(SHS_BOOTSTRAP_TIMEOUT_MS)", (unsigned long long)e, waiting,
+                      ctx->cfg.bootstrap_timeout_ms);
+            return SHS_ERR_TIMEOUT;
+        }
+        uint64_t now = shs__now_ns();
+        if (now >= probe) {
             /* without connection events (SHS_CONNECT=oob) a peer that died
              * after this rank's write landed is seen only by the next write
              * to it: one now and then, to the peers still awaited */
+            fail_silent(ctx, waiting, now - t0);
             announce(ctx, e, false);
-            probe = shs__now_ns() + BARRIER_PROBE_NS;
+            probe = now + BARRIER_PROBE_NS;
         }
     }
-    SHS_ERROR("barrier %llu: rank %d did not arrive within %d ms (SHS_BOOTSTRAP_TIMEOUT_MS)",
-              (unsigned long long)e, waiting, ctx->cfg.bootstrap_timeout_ms);
-    return SHS_ERR_TIMEOUT;
+    p = ahead(ctx, e, false);
+    return p >= 0 ? skewed(ctx, e, p) : SHS_OK;
 }

@@ -202,17 +202,18 @@ static shs_status_t check_same_params(shs_coll_t *coll, shs_status_t local)
             st = shs_write(ctx, p, table, off, table, off, sizeof(setup_sig_t), 0);
     if (st == SHS_OK && n > 1)
         st = shs_flush(ctx, SHS_PEER_ALL, coll->conf.timeout_ms);
+    /* both barriers on every rank, whatever happened before: the ranks'
+     * barriers stay paired (they meet among the living) */
+    shs_status_t bs = shs_ctx_barrier(ctx);
     if (st == SHS_OK)
-        st = shs_ctx_barrier(ctx);
+        st = bs;
     /* this rank's own failure was logged where it was found */
     if (st == SHS_OK)
         st = local != SHS_OK ? local : setup_verdict(coll, sig);
     /* nobody may still be writing into the table when it goes away */
-    if (st != SHS_ERR_PEER_FAILED && st != SHS_ERR_TIMEOUT) {
-        shs_status_t st2 = shs_ctx_barrier(ctx);
-        if (st == SHS_OK)
-            st = st2;
-    }
+    shs_status_t st2 = shs_ctx_barrier(ctx);
+    if (st == SHS_OK)
+        st = st2;
     shs_region_destroy(table);
     return st;
 }

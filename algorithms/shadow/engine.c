@@ -330,20 +330,12 @@ void shs_shadow_destroy(shs_shadow_t *sh)
     /* every rank stops reading and writing this rank's regions before any
      * of them is deregistered */
     (void)shs_flush(sh->io, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT);
-    if (sh->view.ndead > 0) {
-        /* the barrier counts every rank: with a peer gone it could only
-         * fail, after SHS_BOOTSTRAP_TIMEOUT_MS when the peer's host went
-         * away silently. A survivor still reading this rank's snapshots
-         * gets an access error and counts this rank as failed: harmless
-         * at the end of a job. */
-        SHS_INFO("shadow: %d peer(s) failed or gone: the final barrier is skipped",
-                 sh->view.ndead);
-    } else {
-        shs_status_t st = shs_ctx_barrier(sh->ctx);
-        if (st != SHS_OK)
-            SHS_WARN("shadow: final barrier failed (%s); releasing the regions anyway",
-                     shs_status_string(st));
-    }
+    /* among the living (a failed or gone peer is not waited for): every
+     * rank calls it, so that the ranks' barriers stay paired */
+    shs_status_t st = shs_ctx_barrier(sh->ctx);
+    if (st != SHS_OK)
+        SHS_WARN("shadow: final barrier failed (%s); releasing the regions anyway",
+                 shs_status_string(st));
     if (sh->ops->teardown != NULL)
         sh->ops->teardown(sh);
     shs__region_release(sh->model);

@@ -187,7 +187,11 @@ SHS_API void shs_ctx_channel_free(shs_ctx_t *ctx, unsigned channel);
  * most); a living rank is waited for up to SHS_BOOTSTRAP_TIMEOUT_MS. Use
  * shs_ctx_peer_status to learn who is left. It does not wait for
  * outstanding RDMA operations: call shs_flush() first for that.
+ * Every living rank must call it the same number of times: a rank already
+ * a barrier further (a skipped call, or one that counted this rank failed)
+ * is reported, never paired with the wrong barrier.
  * Status: SHS_OK, SHS_ERR_TIMEOUT (a living rank did not arrive in time),
+ * SHS_ERR_PROTOCOL (the ranks' barrier counts differ), SHS_ERR_DEVICE,
  * SHS_ERR_INVALID_ARG, SHS_ERR_BAD_STATE (an endpoint, or a forked child's
  * copy). It does not wait for shadow engines: to wait until every rank's
  * engine is done, call shs_shadow_stop on every rank, then this barrier.
