@@ -40,7 +40,9 @@ static const shs__knob_t shadow_knobs[] = {
      * before instead of polling for it, leaving the CPU to the workers (and
      * to Soft-RoCE's kernel threads, which move the data); the last 20%
      * absorbs the variation and keeps the latency. */
-    SHS_KNOB_INT("SHS_SHADOW_NAP", shadow_nap, "80", 0, 100,
+    /* below 100: a piece's measured time includes the nap, so at 100 the
+     * expected time could never come down again (path_pull.c) */
+    SHS_KNOB_INT("SHS_SHADOW_NAP", shadow_nap, "80", 0, 95,
                  "shadow engine: percent of a pull's expected time slept before polling (0 = spin)"),
     /* native: exact snapshots. bf16 halves the bytes every round reads;
      * the sum over ranks stays conserved (shadow.h, Wire). */

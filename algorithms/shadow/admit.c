@@ -14,13 +14,21 @@
  *
  * Withdrawal: a member whose own word no one decided within the straggler
  * bound (the members that took it in stopped, or died, before deciding
- * it) withdraws: it stores out = r + 1 in its header, then loads its word,
+ * it) withdraws: it stores out = r + 1 in its header (one mark per slot:
+ * it lasts as long as the slot holds round r, so a withdrawal from r + 1
+ * cannot hide it from a member still late for r), then loads its word,
  * and concludes "in" if the word was decided in by then, else "out"; it
  * writes the conclusion (out_v). A member that decides its word afterwards
  * reads its header after doing so (the slot wait after the verdicts), before
  * it reads the slot: the store came before the load, which came before the
  * late compare-and-swap, so that read sees out = r + 1 and follows the
  * conclusion. So no one reads the slot of a rank that concluded out.
+ * Not covered: a member stopped between its mark and its conclusion (three
+ * instructions) for longer than SHS_SHADOW_WAIT_MS: a peer waiting for the
+ * conclusion gives up and leaves it out, and it may then conclude in. The
+ * cure is to let the owner decide its own word with a compare-and-swap
+ * through a loopback queue pair (NIC atomics are atomic among themselves;
+ * a CPU store against a NIC atomic is not), which the transport lacks.
  *
  * Slots: a member overwrites slot r mod 2 only after every other member of
  * the F of the round it holds has finished that round (its header's done);
@@ -172,8 +180,8 @@ void shs__sit_out(shs_shadow_t *sh, uint64_t r)
     SHS_DEBUG("shadow: sitting round %llu out (at %.3f s)", (unsigned long long)r,
               (double)shs__now_ns() / 1e9);
     /* the conclusion first: nothing was published, no one can take it in */
-    __atomic_store_n(&sh->hdr->out_v, verdict_word(r, false), __ATOMIC_RELEASE);
-    __atomic_store_n(&sh->hdr->out, r + 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&sh->hdr->out_v[r & 1], verdict_word(r, false), __ATOMIC_RELEASE);
+    __atomic_store_n(&sh->hdr->out[r & 1], r + 1, __ATOMIC_RELEASE);
     shs__stat_add(&sh->st.left_out, 1);
     set_done(sh, r + 1);
 }
@@ -182,22 +190,22 @@ void shs__sit_out(shs_shadow_t *sh, uint64_t r)
  * is in all the same. */
 static bool withdraw(shs_shadow_t *sh, uint64_t r)
 {
-    __atomic_store_n(&sh->hdr->out, r + 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&sh->hdr->out[r & 1], r + 1, __ATOMIC_SEQ_CST);
     atomic_thread_fence(memory_order_seq_cst);
     uint64_t w = __atomic_load_n(&sh->admit[r % SHS__ADMIT_WORDS], __ATOMIC_SEQ_CST);
     if (verdict_round(w) != r)
         w = verdict_word(r, false);
-    __atomic_store_n(&sh->hdr->out_v, w, __ATOMIC_RELEASE);
+    __atomic_store_n(&sh->hdr->out_v[r & 1], w, __ATOMIC_RELEASE);
     return (w & VERDICT_IN) != 0;
 }
 
 int shs__withdrew(const shs__pub_hdr_t *h, uint64_t r)
 {
-    if (h->out != r + 1)
+    if (h->out[r & 1] != r + 1)
         return 0;
-    if (verdict_round(h->out_v) != r)
+    if (verdict_round(h->out_v[r & 1]) != r)
         return -1;
-    return (h->out_v & VERDICT_IN) ? 0 : 1;
+    return (h->out_v[r & 1] & VERDICT_IN) ? 0 : 1;
 }
 
 /* ----------------------------------------------------------- the verdicts */
@@ -212,7 +220,7 @@ static int want_of(shs_shadow_t *sh, uint64_t r, int p, const shs__pub_hdr_t *h)
         return wd > 0 ? 1 : 0; /* it withdrew (out), or is about to say whether */
     if (shs__slot_written(h, s) && h->round[s] == r)
         return 2;
-    if (h->stopped != 0 || h->out == r + 1 || shs__published_plus1(h) > r + 1)
+    if (h->stopped != 0 || h->out[r & 1] == r + 1 || shs__published_plus1(h) > r + 1)
         return 1; /* stopped, sitting out, or caught up past r: it never publishes r */
     /* a member at most a round behind (it has finished round r - 2) gets the
      * bound; one stuck further back (stopped inside an older round) none:
@@ -226,7 +234,7 @@ static int want_of(shs_shadow_t *sh, uint64_t r, int p, const shs__pub_hdr_t *h)
  * it is a straggler, and counted. */
 static uint8_t decided(shs_shadow_t *sh, int p, bool in, uint64_t r, const shs__pub_hdr_t *h)
 {
-    bool straggler = !in && h->stopped == 0 && h->out != r + 1;
+    bool straggler = !in && h->stopped == 0 && h->out[r & 1] != r + 1;
     if (straggler) {
         shs__stat_add(&sh->st.straggler_skips, 1);
         shs__stat_add(&sh->st.peer_skips[p], 1);

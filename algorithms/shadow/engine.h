@@ -54,8 +54,9 @@ typedef struct shs__pub_hdr {
     uint64_t done;     /* 1 + the last round this rank has finished (its move applied, or
                           left out, or sat out; after a catch-up, the round before the
                           next it runs); 0: none yet */
-    uint64_t out;      /* 1 + a round this rank sits out or withdrew from (admit.c) */
-    uint64_t out_v;    /* the verdict word it concluded for that round: written
+    uint64_t out[2];   /* per slot (round parity): 1 + a round this rank sat out or
+                          withdrew from (admit.c) */
+    uint64_t out_v[2]; /* the verdict word it concluded for that round: written
                           after out, read after it (admit.c, "withdrawal") */
 } shs__pub_hdr_t;
 
