@@ -39,6 +39,7 @@
 #ifndef SHS_RUNTIME_BOOTSTRAP_H
 #define SHS_RUNTIME_BOOTSTRAP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -64,6 +65,33 @@ shs_status_t shs__boot_allgather(shs__boot_t *boot, const void *in, size_t len,
 /* root's len bytes are copied into buf on every rank. */
 shs_status_t shs__boot_bcast(shs__boot_t *boot, void *buf, size_t len, int root);
 shs_status_t shs__boot_barrier(shs__boot_t *boot);
+
+/* ---- after start-up: the rendezvous for rejoiners (serve.c) ----
+ *
+ * A rank whose process died and was started again (SHS_REJOIN=1) asks the
+ * SHS_BOOTSTRAP addresses in order (shs__boot_create). The rank listed at
+ * entry r listens at that address while it is the rendezvous: the lowest
+ * living rank with an address, which every rank computes the same way from
+ * its view of who failed, so when rank 0 dies rank 1 takes over (if it has
+ * an address). The handshake is the start-up one (token proof, then rank and
+ * size); the transport then judges the rank (ops.verdict). Runs on a thread
+ * of its own, so a job busy training still answers at once. */
+typedef struct shs__boot_serve shs__boot_serve_t;
+
+typedef struct shs__boot_serve_ops {
+    /* whether this rank is the rendezvous now (any thread) */
+    bool (*is_rendezvous)(void *arg);
+    /* an authenticated rejoiner claims `rank`: SHS_OK when the job has seen
+     * it fail, else the refusal's status and why (NUL-terminated) */
+    shs_status_t (*verdict)(void *arg, int rank, char *why, size_t why_len);
+    void *arg;
+} shs__boot_serve_ops_t;
+
+/* SHS_OK without a thread when this rank has no address in the list. */
+shs_status_t shs__boot_serve_start(shs__boot_t *boot, const shs__boot_serve_ops_t *ops,
+                                   shs__boot_serve_t **serve_p);
+/* Stop the thread and close the listener (NULL is ignored). */
+void shs__boot_serve_stop(shs__boot_serve_t *serve);
 
 /* ---- wire encoding, exposed for unit tests ---- */
 /* A frame: u32 magic, u16 version, u16 type, u32 length, payload. Big-endian. */

@@ -39,7 +39,9 @@ typedef struct shs__config {
     /* job (runtime/knobs.c) */
     int rank;                  /* SHS_RANK (or launcher); -1 unknown */
     int size;                  /* SHS_SIZE (or launcher); -1 unknown */
-    char bootstrap[256];       /* SHS_BOOTSTRAP "host:port" of the rendezvous */
+    char bootstrap[1024];      /* SHS_BOOTSTRAP "host:port[,host:port...]": entry 0 is
+                                * rank 0's rendezvous, entry r rank r's for rejoiners */
+    int rejoin;                /* SHS_REJOIN: join a running job (a restarted rank) */
     char job_token[128];       /* SHS_JOB_TOKEN */
     int bootstrap_timeout_ms;  /* SHS_BOOTSTRAP_TIMEOUT_MS */
     int bootstrap_handshake_ms; /* SHS_BOOTSTRAP_HANDSHAKE_TIMEOUT_MS (0: the rendezvous') */
@@ -123,6 +125,13 @@ void shs__config_print_table(FILE *f);
  * does not fit its buffer. Logs nothing. */
 shs_status_t shs__hostport_split(const char *s, char *host, size_t host_len, char *port,
                                  size_t port_len);
+/* Entry i of a comma-separated list of host:port (SHS_BOOTSTRAP), split as
+ * above: SHS_ERR_OUT_OF_BOUNDS past the last entry, SHS_ERR_INVALID_ARG for
+ * a malformed one. Logs nothing. */
+shs_status_t shs__hostport_entry(const char *list, int i, char *host, size_t host_len,
+                                 char *port, size_t port_len);
+/* How many entries the list has; -1 when one of them is malformed. */
+int shs__hostport_count(const char *list);
 
 /* The registered tables taken one after the other, for tests and
  * documentation: count, name and default string of entry i (NULL past the

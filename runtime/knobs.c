@@ -23,11 +23,10 @@ static shs_status_t parse_log(const shs__knob_t *k, const char *val, void *field
 
 static shs_status_t parse_addr(const shs__knob_t *k, const char *val, void *field)
 {
-    char host[256], port[8];
-    if (strcasecmp(val, "auto") != 0 &&
-        shs__hostport_split(val, host, sizeof(host), port, sizeof(port)) != SHS_OK)
+    if (strcasecmp(val, "auto") != 0 && shs__hostport_count(val) < 1)
         return shs__knob_bad_value(k, val,
-                                   "expected host:port (or [ipv6]:port) with a port in 1..65535");
+                                   "expected host:port (or [ipv6]:port) with a port in 1..65535, "
+                                   "or several, comma-separated");
     return shs__knob_parse_str(k, val, field);
 }
 
@@ -60,7 +59,14 @@ static const shs__knob_t runtime_knobs[] = {
     /* auto: follow torchrun's MASTER_ADDR when present, else a single host. */
     SHS_KNOB_STR("SHS_BOOTSTRAP", bootstrap, "auto", parse_addr,
                  "host:port where rank 0 listens for the TCP rendezvous; auto = "
-                 "MASTER_ADDR:(MASTER_PORT+1), else 127.0.0.1:18520"),
+                 "MASTER_ADDR:(MASTER_PORT+1), else 127.0.0.1:18520. A comma-separated "
+                 "list gives rank r (entry r) an address too: after start-up the lowest "
+                 "living listed rank is the rendezvous for rejoiners"),
+    /* off: a process cannot tell a new job from a running one it should
+     * rejoin without asking, and asking the wrong job costs a timeout. */
+    SHS_KNOB_INT("SHS_REJOIN", rejoin, "0", 0, 1,
+                 "1: this process is a restarted rank that rejoins the running job at the "
+                 "SHS_BOOTSTRAP addresses (tried in order) instead of starting a job"),
     /* auto: the launcher's job id is the same on every rank of a job and
      * differs between jobs, which is exactly what the token must separate.
      * Secret: it keys the bootstrap's HMAC, so it never reaches a log. */

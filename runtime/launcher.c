@@ -50,6 +50,37 @@ shs_status_t shs__hostport_split(const char *s, char *host, size_t host_len, cha
     return SHS_OK;
 }
 
+shs_status_t shs__hostport_entry(const char *list, int i, char *host, size_t host_len,
+                                 char *port, size_t port_len)
+{
+    char one[320];
+    if (list == NULL || i < 0)
+        return SHS_ERR_INVALID_ARG;
+    const char *p = list;
+    for (int k = 0; k < i; k++) {
+        p = strchr(p, ',');
+        if (p == NULL)
+            return SHS_ERR_OUT_OF_BOUNDS;
+        p++;
+    }
+    size_t len = strcspn(p, ",");
+    if (len == 0 || len >= sizeof(one))
+        return SHS_ERR_INVALID_ARG;
+    memcpy(one, p, len);
+    one[len] = '\0';
+    return shs__hostport_split(one, host, host_len, port, port_len);
+}
+
+int shs__hostport_count(const char *list)
+{
+    char host[256], port[8];
+    int n = 0;
+    shs_status_t st;
+    while ((st = shs__hostport_entry(list, n, host, sizeof(host), port, sizeof(port))) == SHS_OK)
+        n++;
+    return st == SHS_ERR_OUT_OF_BOUNDS ? n : -1;
+}
+
 typedef struct launcher {
     const char *name;
     const char *rank_var;

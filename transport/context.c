@@ -1,6 +1,7 @@
 /* The context: bootstrap, device, mesh of connections, event thread. */
 #include <errno.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -149,6 +150,47 @@ static void resolve_spin(shs_ctx_t *ctx)
               ctx->cfg.poll_spin);
 }
 
+/* The rendezvous for rejoiners is the lowest living rank with an address:
+ * every rank computes it the same way from its view of who failed. */
+static bool ctx_is_rendezvous(void *arg)
+{
+    const shs_ctx_t *ctx = arg;
+    for (int r = 0; r < ctx->rank && r < ctx->naddrs; r++)
+        if (!shs__peer_is_failed(&ctx->peers[r]))
+            return false;
+    return ctx->rank < ctx->naddrs;
+}
+
+/* A rejoiner proved the token and claims rank: only a rank this one has
+ * seen fail may come back (runs on the rendezvous' thread). */
+static shs_status_t ctx_rejoin_verdict(void *arg, int rank, char *why, size_t why_len)
+{
+    const shs_ctx_t *ctx = arg;
+    if (rank == ctx->rank) {
+        snprintf(why, why_len, "rank %d is this rendezvous itself, alive in the running job",
+                 rank);
+        return SHS_ERR_BAD_STATE;
+    }
+    if (!shs__peer_is_failed(&ctx->peers[rank])) {
+        snprintf(why, why_len,
+                 "rank %d is alive in the running job (two processes were given the same "
+                 "rank, or its failure is not seen yet)", rank);
+        return SHS_ERR_BAD_STATE;
+    }
+    return SHS_OK;
+}
+
+static shs_status_t serve_start(shs_ctx_t *ctx)
+{
+    shs__boot_serve_ops_t ops = {
+        .is_rendezvous = ctx_is_rendezvous,
+        .verdict = ctx_rejoin_verdict,
+        .arg = ctx,
+    };
+    ctx->naddrs = shs__hostport_count(ctx->cfg.bootstrap);
+    return shs__boot_serve_start(ctx->boot, &ops, &ctx->serve);
+}
+
 shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p)
 {
     shs_status_t status;
@@ -188,6 +230,9 @@ shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p)
     status = shs__async_start(ctx);
     if (status != SHS_OK)
         goto err_mesh_down;
+    status = serve_start(ctx);
+    if (status != SHS_OK)
+        goto err_async_stop;
     resolve_spin(ctx);
 
     SHS_INFO("rank %d of %d: %d connection(s) up over %s (%s)", ctx->rank, ctx->size,
@@ -196,6 +241,8 @@ shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p)
     *ctx_p = ctx;
     return SHS_OK;
 
+err_async_stop:
+    shs__async_stop(ctx);
 err_mesh_down:
     mesh_down(ctx);
 err_close_device:
@@ -320,6 +367,7 @@ void shs_ctx_destroy(shs_ctx_t *ctx)
     if (ctx->live_regions != 0)
         SHS_WARN("context destroyed with %d region(s) still registered; they are leaked",
                  ctx->live_regions);
+    shs__boot_serve_stop(ctx->serve);
     shs__async_stop(ctx);
     mesh_down(ctx);
     if (ctx->live_regions == 0)

@@ -44,6 +44,13 @@ shs_status_t shs__ctx_params_apply(const shs_ctx_params_t *p, shs__config_t *cfg
     if ((m & SHS_CTX_PARAM_DEVICE) &&
         (status = copy_str(cfg->device, sizeof(cfg->device), p->device, "device")) != SHS_OK)
         return status;
+    if (m & SHS_CTX_PARAM_REJOIN) {
+        if (p->rejoin != 0 && p->rejoin != 1) {
+            SHS_ERROR("parameter rejoin %d is neither 0 nor 1", p->rejoin);
+            return SHS_ERR_CONFIG;
+        }
+        cfg->rejoin = p->rejoin;
+    }
     if (m & SHS_CTX_PARAM_IB_PORT)
         cfg->ib_port = p->ib_port;
     if (m & SHS_CTX_PARAM_GID_INDEX)

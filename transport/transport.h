@@ -233,6 +233,11 @@ struct shs_ctx {
     unsigned fork_gen;        /* shs__fork_guard() when created: a forked child differs */
     bool fork_reported;
 
+    /* the rendezvous for rejoiners (a context whose rank has an address in
+     * SHS_BOOTSTRAP; NULL otherwise and on endpoints) */
+    shs__boot_serve_t *serve;
+    int naddrs;               /* entries of SHS_BOOTSTRAP */
+
     pthread_t async_thread;
     bool async_running;
     int wake_pipe[2];

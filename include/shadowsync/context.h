@@ -80,7 +80,8 @@ enum {
     SHS_CTX_PARAM_QPS_PER_PEER = 1u << 11,
     SHS_CTX_PARAM_SQ_DEPTH = 1u << 12,
     SHS_CTX_PARAM_RQ_DEPTH = 1u << 13,
-    SHS_CTX_PARAM_MSG_SIZE = 1u << 14
+    SHS_CTX_PARAM_MSG_SIZE = 1u << 14,
+    SHS_CTX_PARAM_REJOIN = 1u << 15
 };
 
 /*
@@ -92,7 +93,9 @@ typedef struct shs_ctx_params {
     uint64_t field_mask;      /* SHS_CTX_PARAM_* bits of the fields below that are set */
     int rank;                 /* this process's rank, 0 <= rank < size */
     int size;                 /* number of ranks in the job */
-    const char *bootstrap;    /* "host:port" where rank 0 listens */
+    const char *bootstrap;    /* "host:port" where rank 0 listens, or a comma-separated
+                                 list: entry r is rank r's address as the rendezvous
+                                 for rejoiners (SHS_BOOTSTRAP) */
     const char *job_token;    /* every rank must present the same token */
     const char *device;       /* RDMA device name ("" or NULL: first ACTIVE port) */
     int ib_port;              /* port number (0: first ACTIVE port) */
@@ -106,6 +109,7 @@ typedef struct shs_ctx_params {
     int sq_depth;             /* send queue depth per QP (SHS_SQ_DEPTH) */
     int rq_depth;             /* receives per QP: immediates and messages (SHS_RQ_DEPTH) */
     size_t msg_size;          /* largest shs_send message, 0 = none (SHS_MSG_SIZE) */
+    int rejoin;               /* 1: a restarted rank rejoining the running job (SHS_REJOIN) */
 } shs_ctx_params_t;
 
 /*
@@ -123,6 +127,18 @@ typedef struct shs_ctx_params {
  * SHS_ERR_SIZE_MISMATCH (ranks disagree, e.g. on msg_size), SHS_ERR_CONNECT (a connection could
  * not be established), SHS_ERR_PEER_FAILED (a rank left during setup),
  * SHS_ERR_TIMEOUT.
+ *
+ * Rejoining (rejoin = 1, SHS_REJOIN=1): this process is rank `rank` of a
+ * running job, started again after its process died. It tries the
+ * SHS_BOOTSTRAP addresses in order; the living rank that answers (the
+ * rendezvous: the lowest living rank with an address in the list) checks
+ * the token as at start-up and refuses: SHS_ERR_TOKEN_MISMATCH (another
+ * token), SHS_ERR_SIZE_MISMATCH, SHS_ERR_CONFIG (rank out of range),
+ * SHS_ERR_BAD_STATE (the rank is alive in the running job, or its failure
+ * is not seen yet: retried until SHS_BOOTSTRAP_TIMEOUT_MS). A rank whose
+ * failure the job has seen gets SHS_ERR_UNSUPPORTED in this version:
+ * connecting a rejoined rank's queue pairs and regions is not built yet
+ * (docs/failures.md). SHS_ERR_TIMEOUT when no address answered.
  */
 SHS_API shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p);
 

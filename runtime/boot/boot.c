@@ -20,8 +20,11 @@ shs_status_t shs__boot_create(const shs__config_t *cfg, shs__boot_t **boot_p)
         return SHS_ERR_CONFIG;
     }
     if (cfg->size > 1 &&
-        shs__hostport_split(cfg->bootstrap, host, sizeof(host), port, sizeof(port)) != SHS_OK) {
-        SHS_ERROR("bootstrap address \"%s\" is not host:port", cfg->bootstrap);
+        (shs__hostport_count(cfg->bootstrap) < 1 ||
+         shs__hostport_entry(cfg->bootstrap, 0, host, sizeof(host), port, sizeof(port)) !=
+             SHS_OK)) {
+        SHS_ERROR("bootstrap address \"%s\" is not host:port or a list of them",
+                  cfg->bootstrap);
         return SHS_ERR_CONFIG;
     }
     if (cfg->size > 1 && cfg->job_token[0] == '\0') {
@@ -39,9 +42,17 @@ shs_status_t shs__boot_create(const shs__config_t *cfg, shs__boot_t **boot_p)
                                                       : cfg->bootstrap_timeout_ms;
     shs__boot_link_init(&b->root, -1, false);
     snprintf(b->token, sizeof(b->token), "%s", cfg->job_token);
+    snprintf(b->addrs, sizeof(b->addrs), "%s", cfg->bootstrap);
     shs__deadline_t dl = shs__deadline_in_ms(b->timeout_ms);
 
     if (b->size == 1) {
+        *boot_p = b;
+        return SHS_OK;
+    }
+    if (cfg->rejoin) {
+        st = shs__boot_rejoin(b, dl);
+        if (st != SHS_OK)
+            goto err_destroy;
         *boot_p = b;
         return SHS_OK;
     }

@@ -5,7 +5,9 @@
  *
  *   codec.c  the wire encoding (fuzzed: tests/fuzz/fuzz_boot_frame.c)
  *   link.c   frames on a socket, every wait bounded, MAC'd once authenticated
+ *   handshake.c  the listening side of the handshake (rank 0, rendezvous)
  *   admit.c  rank 0: listen, run the handshakes, admit every rank
+ *   serve.c  after start-up: the rendezvous for ranks that rejoin
  *   join.c   the other ranks: connect, prove the token, check rank 0's proof
  *   coll.c   allgather, bcast and barrier: a star through rank 0
  *   boot.c   create and destroy
@@ -13,6 +15,8 @@
 #ifndef SHS_RUNTIME_BOOT_BOOT_H
 #define SHS_RUNTIME_BOOT_BOOT_H
 
+#include <poll.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -58,6 +62,7 @@ struct shs__boot {
     link_t root;   /* non-root: the connection to rank 0 */
     link_t *peer;  /* rank 0: peer[r] for 1 <= r < size */
     shs_status_t poisoned;
+    char addrs[sizeof(((shs__config_t *)0)->bootstrap)]; /* SHS_BOOTSTRAP, every entry */
     char token[sizeof(((shs__config_t *)0)->job_token)];
 };
 
@@ -134,6 +139,69 @@ void shs__boot_send_error_nowait(link_t *l, shs_status_t st, int culprit, const 
 shs_status_t shs__boot_fail_all(shs__boot_t *b, shs_status_t st, int culprit,
                                 const char *text);
 
+/* ---- handshake.c: the listening side (rank 0, the rendezvous) ---- */
+
+typedef enum hs_state {
+    HS_HELLO, /* waiting for the hello */
+    HS_AUTH   /* challenge sent, waiting for the proof */
+} hs_state_t;
+
+/* A connection whose handshake is in progress. Everything it sends is
+ * buffered here until a whole frame is in, so a slow or silent peer never
+ * blocks the listener. */
+typedef struct hs_pending {
+    int fd;
+    hs_state_t state;
+    shs__deadline_t dl;
+    uint64_t since_ns;
+    size_t in_len;
+    uint8_t in[SHS_BOOT_HDR_LEN + SHS_BOOT_HELLO_LEN];
+    shs__boot_hello_t hello;
+    uint8_t nonce[SHS_BOOT_NONCE_LEN];
+    char from[64];
+} hs_pending_t;
+
+typedef struct hs_refusal {
+    shs_status_t st;
+    char what[240];
+} hs_refusal_t;
+
+typedef struct hs_set hs_set_t;
+/* A peer proved the token and its size and rank are in range: SHS_OK and
+ * *link_p (where its connection goes) to admit it, or refuse it
+ * (shs__hs_refuse) and return that status. */
+typedef shs_status_t (*shs__hs_decide_fn)(hs_set_t *set, hs_pending_t *pc, link_t **link_p);
+
+struct hs_set {
+    shs__boot_t *b;          /* the token, size and handshake deadline */
+    const char *who;         /* "rank 0", "the rendezvous (rank 2)": for refusals */
+    shs__hs_decide_fn decide;
+    void *arg;               /* the decider's */
+    size_t cap;              /* handshakes at once; the oldest goes beyond */
+    hs_pending_t *pend;
+    size_t npend;
+    hs_refusal_t ref;        /* the first refusal, to explain a timeout */
+};
+
+shs_status_t shs__hs_init(hs_set_t *set, shs__boot_t *b, size_t cap, const char *who,
+                          shs__hs_decide_fn decide, void *arg);
+void shs__hs_fini(hs_set_t *set);
+/* Log why, tell the peer (best effort), remember the first refusal. The
+ * caller closes the connection. */
+void shs__hs_refuse(hs_set_t *set, hs_pending_t *pc, shs_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void shs__hs_refuse_all(hs_set_t *set, shs_status_t st, const char *why);
+/* Take every connection waiting on the listening socket lfd. */
+void shs__hs_accept(hs_set_t *set, int lfd);
+/* Refuse and close the handshakes past their own deadline. */
+void shs__hs_expire(hs_set_t *set);
+/* The pending connections into pfd (one entry each; returns how many), and
+ * *left_ms lowered to wake just after the first handshake deadline. */
+size_t shs__hs_pollset(hs_set_t *set, struct pollfd *pfd, int *left_ms);
+/* Act on what poll reported for the first npolled pending connections (as
+ * shs__hs_pollset put them); returns how many were admitted. */
+int shs__hs_serve(hs_set_t *set, const struct pollfd *pfd, size_t npolled);
+
 /* ---- admit.c (rank 0) ---- */
 
 /* Listen on the wildcard address of host's family. */
@@ -150,5 +218,11 @@ shs_status_t shs__boot_warm_up(const char *token);
  * handshake up to the welcome. */
 shs_status_t shs__boot_join(shs__boot_t *b, const char *host, const char *port,
                             shs__deadline_t dl);
+/* A restarted rank: ask the SHS_BOOTSTRAP addresses in order, again and
+ * again until dl, for the running job's rendezvous and return its verdict
+ * (SHS_ERR_BAD_STATE when the job still counts this rank alive at dl,
+ * SHS_ERR_TIMEOUT when no address answered). */
+shs_status_t shs__boot_rejoin(shs__boot_t *b, shs__deadline_t dl);
+
 
 #endif

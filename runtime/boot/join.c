@@ -16,6 +16,8 @@
  * rank 0 do not flood it with SYNs. */
 #define CONNECT_BACKOFF_FIRST_MS 10
 #define CONNECT_BACKOFF_MAX_MS 1000
+/* A rejoiner gives each listed address this long to answer before the next. */
+#define REJOIN_CONNECT_MS 1000
 
 static int connect_once(const char *host, const char *port, shs__deadline_t dl, int *err_p)
 {
@@ -103,42 +105,20 @@ shs_status_t shs__boot_warm_up(const char *token)
     return shs__boot_proof(token, SHS_BOOT_PROOF_JOIN, &hello, nonce, proof);
 }
 
-shs_status_t shs__boot_join(shs__boot_t *b, const char *host, const char *port,
-                            shs__deadline_t dl)
+/* The joiner's handshake on a connected socket fd, up to rank 0's (or the
+ * rendezvous') proof and the session key. */
+static shs_status_t join_handshake(shs__boot_t *b, int fd, const char *host, const char *port,
+                                   shs__deadline_t dl)
 {
-    int backoff = CONNECT_BACKOFF_FIRST_MS;
-    int err = 0, tries = 0;
-    int fd;
     shs__boot_hello_t hello = {.rank = (uint32_t)b->rank, .size = (uint32_t)b->size};
     uint8_t raw[SHS_BOOT_HELLO_LEN], nonce_root[SHS_BOOT_NONCE_LEN];
     uint8_t proof[SHS_BOOT_PROOF_LEN], theirs[SHS_BOOT_PROOF_LEN];
 
-    /* Before connecting: the first use of the random generator seeds it,
-     * which must not count against rank 0's handshake deadline. */
-    shs_status_t st = shs__random(hello.nonce, sizeof(hello.nonce));
-    if (st == SHS_OK)
-        st = shs__boot_warm_up(b->token);
-    if (st != SHS_OK)
-        return st;
-    while ((fd = connect_once(host, port, dl, &err)) < 0) {
-        tries++;
-        int left = shs__deadline_remaining_ms(dl);
-        if (left == 0) {
-            SHS_ERROR("could not reach rank 0 at %s:%s within %d ms after %d attempts "
-                      "(last error: %s); is rank 0 running and SHS_BOOTSTRAP right?",
-                      host, port, b->timeout_ms, tries, strerror(err));
-            return SHS_ERR_TIMEOUT;
-        }
-        SHS_DEBUG("rank 0 at %s:%s not reachable yet (%s), retrying in %d ms", host, port,
-                  strerror(err), backoff);
-        int ms = backoff < left ? backoff : left;
-        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
-        backoff = backoff * 2 < CONNECT_BACKOFF_MAX_MS ? backoff * 2 : CONNECT_BACKOFF_MAX_MS;
-    }
     shs__boot_link_init(&b->root, fd, false);
     snprintf(b->root.from, sizeof(b->root.from), "%s:%s", host, port);
-
+    shs_status_t st = shs__random(hello.nonce, sizeof(hello.nonce));
+    if (st != SHS_OK)
+        return st;
     shs__boot_hello_encode(&hello, raw);
     st = shs__boot_send(&b->root, FT_HELLO, raw, sizeof(raw), NULL, 0, dl, 0, "hello");
     if (st == SHS_OK)
@@ -154,13 +134,110 @@ shs_status_t shs__boot_join(shs__boot_t *b, const char *host, const char *port,
     if (st != SHS_OK)
         return st;
     if (!shs__mac_equal(proof, theirs)) {
-        SHS_ERROR("the rank 0 at %s:%s could not prove it holds this job's token: refusing to "
-                  "join it (another job's rank 0 on this port, or an impostor)", host, port);
+        SHS_ERROR("the rank at %s:%s could not prove it holds this job's token: refusing to "
+                  "join it (another job's rank on this port, or an impostor)", host, port);
         return SHS_ERR_TOKEN_MISMATCH;
     }
     st = shs__boot_proof(b->token, SHS_BOOT_PROOF_SESSION, &hello, nonce_root, b->root.key);
     if (st != SHS_OK)
         return st;
     b->root.authed = true;
+    return SHS_OK;
+}
+
+static void nap_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+shs_status_t shs__boot_join(shs__boot_t *b, const char *host, const char *port,
+                            shs__deadline_t dl)
+{
+    int backoff = CONNECT_BACKOFF_FIRST_MS;
+    int err = 0, tries = 0;
+    int fd;
+
+    /* Before connecting: the first use of the random generator seeds it,
+     * which must not count against rank 0's handshake deadline. */
+    shs_status_t st = shs__boot_warm_up(b->token);
+    if (st != SHS_OK)
+        return st;
+    while ((fd = connect_once(host, port, dl, &err)) < 0) {
+        tries++;
+        int left = shs__deadline_remaining_ms(dl);
+        if (left == 0) {
+            SHS_ERROR("could not reach rank 0 at %s:%s within %d ms after %d attempts "
+                      "(last error: %s); is rank 0 running and SHS_BOOTSTRAP right?",
+                      host, port, b->timeout_ms, tries, strerror(err));
+            return SHS_ERR_TIMEOUT;
+        }
+        SHS_DEBUG("rank 0 at %s:%s not reachable yet (%s), retrying in %d ms", host, port,
+                  strerror(err), backoff);
+        nap_ms(backoff < left ? backoff : left);
+        backoff = backoff * 2 < CONNECT_BACKOFF_MAX_MS ? backoff * 2 : CONNECT_BACKOFF_MAX_MS;
+    }
+    st = join_handshake(b, fd, host, port, dl);
+    if (st != SHS_OK)
+        return st;
     return join_expect(b, FT_WELCOME, NULL, 0, dl, "welcome");
+}
+
+/* One try at the rendezvous at entry i of SHS_BOOTSTRAP: SHS_ERR_IO when
+ * nothing answers there. */
+static shs_status_t rejoin_at(shs__boot_t *b, int i, shs__deadline_t dl)
+{
+    char host[256], port[8];
+    int err = 0;
+    if (shs__hostport_entry(b->addrs, i, host, sizeof(host), port, sizeof(port)) != SHS_OK)
+        return SHS_ERR_CONFIG;
+    int left = shs__deadline_remaining_ms(dl);
+    shs__deadline_t step = shs__deadline_in_ms(left < REJOIN_CONNECT_MS ? left : REJOIN_CONNECT_MS);
+    int fd = connect_once(host, port, step, &err);
+    if (fd < 0) {
+        SHS_DEBUG("rejoin: nothing answers at %s:%s (%s)", host, port, strerror(err));
+        return SHS_ERR_IO;
+    }
+    shs_status_t st = join_handshake(b, fd, host, port, dl);
+    if (st == SHS_OK) {
+        /* a rendezvous of this version refuses before its proof */
+        SHS_ERROR("rejoin: the rendezvous at %s:%s admitted rank %d, which this version "
+                  "cannot follow", host, port, b->rank);
+        st = SHS_ERR_PROTOCOL;
+    }
+    shs__boot_link_close(&b->root);
+    return st;
+}
+
+shs_status_t shs__boot_rejoin(shs__boot_t *b, shs__deadline_t dl)
+{
+    int n = shs__hostport_count(b->addrs);
+    int backoff = CONNECT_BACKOFF_FIRST_MS;
+    shs_status_t last = SHS_ERR_TIMEOUT;
+
+    shs_status_t st = shs__boot_warm_up(b->token);
+    if (st != SHS_OK)
+        return st;
+    for (;;) {
+        for (int i = 0; i < n; i++) {
+            st = rejoin_at(b, i, dl);
+            /* nothing there, or it went away mid-handshake: the next address */
+            if (st == SHS_ERR_IO || st == SHS_ERR_PEER_FAILED || st == SHS_ERR_TIMEOUT)
+                continue;
+            if (st != SHS_ERR_BAD_STATE)
+                return st; /* the rendezvous' verdict (logged by join_expect) */
+            last = st;     /* alive, or its failure not seen yet: ask again */
+            break;
+        }
+        int left = shs__deadline_remaining_ms(dl);
+        if (left == 0) {
+            SHS_ERROR("rejoin: no rendezvous at %s admitted rank %d within %d ms "
+                      "(SHS_BOOTSTRAP_TIMEOUT_MS)%s", b->addrs, b->rank, b->timeout_ms,
+                      last == SHS_ERR_BAD_STATE ? ": the running job still counts it alive"
+                                                : ": is the job running at these addresses?");
+            return last;
+        }
+        nap_ms(backoff < left ? backoff : left);
+        backoff = backoff * 2 < CONNECT_BACKOFF_MAX_MS ? backoff * 2 : CONNECT_BACKOFF_MAX_MS;
+    }
 }

@@ -20,6 +20,10 @@
  *   kill-root rank 0 (the bootstrap's root) is SIGKILLed after start-up:
  *             the others barrier among themselves (it is not waited for
  *             once seen failed), talk, barrier again and leave cleanly
+ *   rejoin    claimants of ranks (SHS_REJOIN=1) at the rendezvous: a wrong
+ *             token and a living rank are refused while the job goes on; a
+ *             failed rank gets SHS_ERR_UNSUPPORTED (not built yet); with
+ *             rank 0 killed, rank 1 answers as the rendezvous
  *   msg       two-sided messages (SHS_MSG_SIZE 4096): 0..4096 bytes in order
  *             and byte for byte, mixed with immediates, buffers given back
  *             out of order, SHS_PEER_ANY, local refusals
@@ -448,6 +452,97 @@ static void case_kill_root(shs_ctx_t *ctx)
     shs_region_destroy(buf);
 }
 
+/* --------------------------------------------------------------- rejoin */
+
+/* A process claiming `rank` of the running job (SHS_REJOIN=1) with `token`:
+ * its shs_ctx_create must return `want`. */
+static void claim(int rank, const char *token, shs_status_t want)
+{
+    double t0 = now_s();
+    pid_t pid = fork();
+    if (pid < 0)
+        fail("fork: %s", strerror(errno));
+    if (pid == 0) {
+        char r[16], w[16];
+        snprintf(r, sizeof(r), "%d", rank);
+        snprintf(w, sizeof(w), "%d", (int)want);
+        setenv("SHS_RANK", r, 1);
+        setenv("SHS_JOB_TOKEN", token, 1);
+        setenv("SHS_REJOIN", "1", 1);
+        /* the "alive" refusal is asked again until this deadline */
+        setenv("SHS_BOOTSTRAP_TIMEOUT_MS", "3000", 1);
+        execl("/proc/self/exe", "shs_test_transport", "--claim", w, (char *)NULL);
+        _exit(RC_FAIL);
+    }
+    int status;
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail("the claimant of rank %d (expecting %s) failed", rank, shs_status_string(want));
+    printf("rank %d: a claim of rank %d refused with %s in %.2f s, as expected\n", g_rank, rank,
+           shs_status_string(want), now_s() - t0);
+}
+
+static int claimant(shs_status_t want)
+{
+    shs_ctx_t *ctx = NULL;
+    g_rank = atoi(getenv("SHS_RANK"));
+    shs_status_t st = shs_ctx_create(NULL, &ctx);
+    if (st == SHS_OK)
+        fail("a claimant was admitted into the running job");
+    if (st != want)
+        fail("the claimant got %s, expected %s", shs_status_string(st), shs_status_string(want));
+    return RC_OK;
+}
+
+/* Two living ranks talk: an immediate each way, then a barrier. */
+static void talk(shs_ctx_t *ctx, shs_region_t *buf, int a, int b, unsigned tag)
+{
+    int me = shs_ctx_rank(ctx), other = me == a ? b : a;
+    uint32_t imm = 0;
+    CHECK_OK(shs_write_imm(ctx, other, buf, 0, buf, 0, 64, tag + (unsigned)me, SHS_OP_SIGNAL));
+    CHECK_OK(shs_flush(ctx, other, SHS_TIMEOUT_DEFAULT));
+    CHECK_OK(shs_wait_imm(ctx, other, NULL, &imm, 30000));
+    if (imm != tag + (unsigned)other)
+        fail("immediate %u from rank %d, expected %u", imm, other, tag + (unsigned)other);
+    CHECK_OK(shs_ctx_barrier(ctx));
+}
+
+/* Rank 2 is killed; claimants of ranks 2 and 1 at rank 0's rendezvous are
+ * refused (a wrong token; a rank that is alive; a failed rank, which this
+ * version cannot connect yet) while ranks 0 and 1 go on. Then rank 0 is
+ * killed and rank 1, now the lowest living rank with an address, answers
+ * the claimants of rank 0. */
+static void case_rejoin(shs_ctx_t *ctx)
+{
+    int me = shs_ctx_rank(ctx);
+    const char *token = getenv("SHS_JOB_TOKEN");
+    shs_region_t *buf;
+
+    CHECK_OK(shs_region_alloc(ctx, 4096, SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_WRITE,
+                              &buf));
+    CHECK_OK(shs_ctx_barrier(ctx));
+    if (me == 2) {
+        usleep(300 * 1000);
+        raise(SIGKILL);
+    }
+    CHECK_OK(shs_ctx_barrier(ctx));
+    CHECK_EQ(shs_ctx_peer_status(ctx, 2, NULL), SHS_ERR_PEER_FAILED);
+    if (me == 1) {
+        claim(2, "some-other-job", SHS_ERR_TOKEN_MISMATCH);
+        claim(1, token, SHS_ERR_BAD_STATE);
+        claim(2, token, SHS_ERR_UNSUPPORTED);
+    }
+    talk(ctx, buf, 0, 1, 200u);
+    if (me == 0) {
+        usleep(300 * 1000);
+        raise(SIGKILL);
+    }
+    CHECK_OK(shs_ctx_barrier(ctx));
+    CHECK_EQ(shs_ctx_peer_status(ctx, 0, NULL), SHS_ERR_PEER_FAILED);
+    claim(0, "some-other-job", SHS_ERR_TOKEN_MISMATCH);
+    claim(0, token, SHS_ERR_UNSUPPORTED);
+    shs_region_destroy(buf);
+}
+
 /* ------------------------------------------------------------- endpoint */
 
 #define EP_THREADS 2
@@ -583,9 +678,11 @@ static int child(const char *which)
         case_msg(ctx);
     else if (strcmp(which, "endpoint") == 0)
         case_endpoint(ctx);
+    else if (strcmp(which, "rejoin") == 0)
+        case_rejoin(ctx);
     else
         fail("unknown case %s", which);
-    if (strncmp(which, "kill", 4) != 0)
+    if (strncmp(which, "kill", 4) != 0 && strcmp(which, "rejoin") != 0)
         CHECK_OK(shs_ctx_barrier(ctx));
     shs_ctx_destroy(ctx);
     return RC_OK;
@@ -593,7 +690,9 @@ static int child(const char *which)
 
 /* ------------------------------------------------------------- launcher */
 
-static int free_tcp_port(void)
+/* A free loopback port; with hold, its socket stays bound (*hold gets it)
+ * so that the next call cannot return the same port. */
+static int free_tcp_port_held(int *hold)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -603,8 +702,16 @@ static int free_tcp_port(void)
         perror("bootstrap port");
         exit(RC_FAIL);
     }
-    close(fd);
+    if (hold != NULL)
+        *hold = fd;
+    else
+        close(fd);
     return ntohs(a.sin_port);
+}
+
+static int free_tcp_port(void)
+{
+    return free_tcp_port_held(NULL);
 }
 
 static void setenv_int(const char *name, int v)
@@ -618,13 +725,16 @@ int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--child") == 0)
         return child(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "--claim") == 0)
+        return claimant((shs_status_t)atoi(argv[2]));
     if (argc < 3 || argc > 4) {
-        fprintf(stderr, "usage: %s basic|mismatch|token|kill|kill-root|msg|endpoint NRANKS [oob|rdmacm]\n", argv[0]);
+        fprintf(stderr, "usage: %s basic|mismatch|token|kill|kill-root|rejoin|msg|endpoint NRANKS [oob|rdmacm]\n", argv[0]);
         return RC_FAIL;
     }
     const char *which = argv[1];
     int n = atoi(argv[2]);
-    bool kill_case = strncmp(which, "kill", 4) == 0;
+    bool rejoin_case = strcmp(which, "rejoin") == 0;
+    bool kill_case = strncmp(which, "kill", 4) == 0 || rejoin_case;
     if (n < 2 || n > 64 || (kill_case && n < 3))
         return fprintf(stderr, "bad rank count %d\n", n), RC_FAIL;
     if (!have_rdma_device()) {
@@ -654,8 +764,17 @@ int main(int argc, char **argv)
         return child(which);
     }
 
-    char boot[64], token[64];
-    snprintf(boot, sizeof(boot), "127.0.0.1:%d", free_tcp_port());
+    char boot[64 * 24], token[64];
+    if (rejoin_case) { /* an address per rank: each may become the rendezvous */
+        int held[64];
+        for (int r = 0, used = 0; r < n; r++)
+            used += snprintf(boot + used, sizeof(boot) - (size_t)used, "%s127.0.0.1:%d",
+                             r > 0 ? "," : "", free_tcp_port_held(&held[r]));
+        for (int r = 0; r < n; r++)
+            close(held[r]);
+    } else {
+        snprintf(boot, sizeof(boot), "127.0.0.1:%d", free_tcp_port());
+    }
     snprintf(token, sizeof(token), "transport-test-%d", (int)getpid());
     setenv("SHS_BOOTSTRAP", boot, 1);
     setenv_int("SHS_SIZE", n);
@@ -722,7 +841,8 @@ int main(int argc, char **argv)
             continue;
         pids[r] = -1;
         int victim = strcmp(which, "kill-root") == 0 ? 0 : 1;
-        bool killed_on_purpose = kill_case && r == victim &&
+        bool victims = r == victim || (rejoin_case && (r == 0 || r == 2));
+        bool killed_on_purpose = kill_case && victims &&
                                  WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
         if (killed_on_purpose)
             continue;

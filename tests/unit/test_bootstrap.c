@@ -992,6 +992,106 @@ START_TEST(test_tampered_frame_refused)
 }
 END_TEST
 
+/* ---- the rendezvous for rejoiners (serve.c, the rejoiner in join.c) ---- */
+
+static int rejoin_pipe[2]; /* rank 1 tells rank 0 that the claims are done */
+
+static bool fake_is_rendezvous(void *arg)
+{
+    (void)arg;
+    return true;
+}
+
+/* The job has seen rank 2 fail; ranks 0 and 1 are alive. */
+static shs_status_t fake_verdict(void *arg, int rank, char *why, size_t len)
+{
+    (void)arg;
+    if (rank == 2)
+        return SHS_OK;
+    snprintf(why, len, "rank %d is alive", rank);
+    return SHS_ERR_BAD_STATE;
+}
+
+/* A claimant of `rank` (job size `size`) with `token`: its create's status. */
+static shs_status_t claim(const job_t *job, int rank, int size, const char *token, int ms)
+{
+    shs__config_t c;
+    shs__boot_t *b = NULL;
+    make_cfg(job, rank, size, token, &c);
+    c.rejoin = 1;
+    c.bootstrap_timeout_ms = slow(ms);
+    shs_status_t st = shs__boot_create(&c, &b);
+    if (st == SHS_OK)
+        shs__boot_destroy(b);
+    return st;
+}
+
+static int rejoin_rank(const job_t *job, int rank, int proc)
+{
+    shs__config_t c;
+    shs__boot_t *b;
+    (void)proc;
+    make_cfg(job, rank, job->size, "t-rejoin", &c);
+    shs_status_t st = shs__boot_create(&c, &b);
+    if (st != SHS_OK)
+        return code(st);
+    if (rank == 0) {
+        /* rank 0 serves rejoiners until rank 1 is done with its claims */
+        shs__boot_serve_ops_t ops = {fake_is_rendezvous, fake_verdict, NULL};
+        shs__boot_serve_t *serve;
+        if ((st = shs__boot_serve_start(b, &ops, &serve)) != SHS_OK || serve == NULL)
+            return st != SHS_OK ? code(st) : BAD_VALUE;
+        struct pollfd pfd = {.fd = rejoin_pipe[0], .events = POLLIN};
+        int ready = poll(&pfd, 1, slow(20000));
+        shs__boot_serve_stop(serve);
+        shs__boot_destroy(b);
+        return ready == 1 ? 0 : BAD_VALUE;
+    }
+    int rc = 0;
+    if (rank == 1) {
+        /* a rejoiner is refused for a wrong token, another job size, a
+         * living rank (asked again until its deadline); a failed rank is
+         * admitted by the verdict and then refused as not built */
+        if (claim(job, 2, 3, "t-other", 5000) != SHS_ERR_TOKEN_MISMATCH)
+            rc = 101;
+        else if (claim(job, 2, 4, "t-rejoin", 5000) != SHS_ERR_SIZE_MISMATCH)
+            rc = 102;
+        else if (claim(job, 1, 3, "t-rejoin", 600) != SHS_ERR_BAD_STATE)
+            rc = 103;
+        else if (claim(job, 2, 3, "t-rejoin", 5000) != SHS_ERR_UNSUPPORTED)
+            rc = 104;
+        if (write(rejoin_pipe[1], "x", 1) != 1)
+            rc = 105;
+    }
+    shs__boot_destroy(b);
+    return rc;
+}
+
+START_TEST(test_rejoin_refusals)
+{
+    job_t job;
+    int codes[MAX_PROCS];
+    ck_assert_int_eq(pipe(rejoin_pipe), 0);
+    job_init(&job, 3, 10000);
+    run_job(&job, rejoin_rank, codes);
+    close(rejoin_pipe[0]);
+    close(rejoin_pipe[1]);
+    for (int r = 0; r < 3; r++)
+        ck_assert_msg(codes[r] == 0, "rank %d exited with %d", r, codes[r]);
+}
+END_TEST
+
+/* Nothing answers at any address: SHS_ERR_TIMEOUT at the deadline. */
+START_TEST(test_rejoin_nobody_there)
+{
+    job_t job;
+    job_init(&job, 3, 10000);
+    snprintf(job.addr, sizeof(job.addr), "127.0.0.1:%d,127.0.0.1:%d", free_port(),
+             free_port());
+    ck_assert_int_eq(claim(&job, 1, 3, "t", 300), SHS_ERR_TIMEOUT);
+}
+END_TEST
+
 static void quiet(void)
 {
     /* Refusals and timeouts are the point of these tests; keep their logs
@@ -1037,6 +1137,8 @@ Suite *bootstrap_suite(void)
     tcase_add_test(auth, test_wrong_token_refused_token_not_logged);
     tcase_add_test(auth, test_strangers_do_not_stall_the_job);
     tcase_add_test(auth, test_tampered_frame_refused);
+    tcase_add_test(auth, test_rejoin_refusals);
+    tcase_add_test(auth, test_rejoin_nobody_there);
     suite_add_tcase(s, auth);
     return s;
 }

@@ -70,7 +70,8 @@ static const char *const every_knob[] = {
     "SHS_LOG", "error",
     "SHS_RANK", "5",
     "SHS_SIZE", "9",
-    "SHS_BOOTSTRAP", "[fe80::2]:4242",
+    "SHS_BOOTSTRAP", "[fe80::2]:4242,node2:4243",
+    "SHS_REJOIN", "1",
     "SHS_JOB_TOKEN", "job-77",
     "SHS_BOOTSTRAP_TIMEOUT_MS", "1234",
     "SHS_BOOTSTRAP_HANDSHAKE_TIMEOUT_MS", "321",
@@ -120,7 +121,7 @@ START_TEST(test_every_knob_parses)
     ck_assert_int_eq(c.log_level, SHS_LOG_LVL_ERROR);
     ck_assert_int_eq(c.rank, 5);
     ck_assert_int_eq(c.size, 9);
-    ck_assert_str_eq(c.bootstrap, "[fe80::2]:4242");
+    ck_assert_str_eq(c.bootstrap, "[fe80::2]:4242,node2:4243");
     ck_assert_str_eq(c.job_token, "job-77");
     ck_assert_int_eq(c.bootstrap_timeout_ms, 1234);
     ck_assert_int_eq(c.bootstrap_handshake_ms, 321);
@@ -228,6 +229,9 @@ static const char *const bad_values[][2] = {
     {"SHS_BOOTSTRAP", "[::1]5"},
     {"SHS_BOOTSTRAP", ":80"},
     {"SHS_BOOTSTRAP", "host:8o"},
+    {"SHS_BOOTSTRAP", "host:80,"},
+    {"SHS_BOOTSTRAP", "host:80,other"},
+    {"SHS_REJOIN", "2"},
     {"SHS_JOB_TOKEN", "a b"},
     {"SHS_JOB_TOKEN", ""},
     {"SHS_DEVICE", "a-device-name-that-is-far-longer-than-the-sixty-four-bytes-it-may-use"},
@@ -560,12 +564,35 @@ START_TEST(test_hostport_split)
 }
 END_TEST
 
+START_TEST(test_hostport_list)
+{
+    char h[64], p[8];
+    const char *list = "a:1,[::1]:2,c:3";
+    ck_assert_int_eq(shs__hostport_count(list), 3);
+    ck_assert_int_eq(shs__hostport_entry(list, 1, h, sizeof(h), p, sizeof(p)), SHS_OK);
+    ck_assert_str_eq(h, "::1");
+    ck_assert_str_eq(p, "2");
+    ck_assert_int_eq(shs__hostport_entry(list, 2, h, sizeof(h), p, sizeof(p)), SHS_OK);
+    ck_assert_str_eq(h, "c");
+    ck_assert_int_eq(shs__hostport_entry(list, 3, h, sizeof(h), p, sizeof(p)),
+                     SHS_ERR_OUT_OF_BOUNDS);
+    ck_assert_int_eq(shs__hostport_count("a:1"), 1);
+    ck_assert_int_eq(shs__hostport_count("a:1,"), -1);
+    ck_assert_int_eq(shs__hostport_count("a:1,,b:2"), -1);
+    ck_assert_int_eq(shs__hostport_count("a:1,b"), -1);
+    ck_assert_int_eq(shs__hostport_count(""), -1);
+    ck_assert_int_eq(shs__hostport_entry(list, -1, h, sizeof(h), p, sizeof(p)),
+                     SHS_ERR_INVALID_ARG);
+}
+END_TEST
+
 Suite *config_suite(void)
 {
     Suite *s = suite_create("config");
     TCase *tc = tcase_create("core");
     tcase_add_checked_fixture(tc, capture_start, capture_stop);
     tcase_add_test(tc, test_defaults);
+    tcase_add_test(tc, test_hostport_list);
     tcase_add_test(tc, test_every_knob_parses);
     tcase_add_test(tc, test_token_never_logged);
     tcase_add_test(tc, test_every_table_entry_is_covered);
