@@ -66,32 +66,61 @@ shs_status_t shs__boot_allgather(shs__boot_t *boot, const void *in, size_t len,
 shs_status_t shs__boot_bcast(shs__boot_t *boot, void *buf, size_t len, int root);
 shs_status_t shs__boot_barrier(shs__boot_t *boot);
 
-/* ---- after start-up: the rendezvous for rejoiners (serve.c) ----
+/* ---- after start-up: rejoiners (serve.c, join.c) ----
  *
  * A rank whose process died and was started again (SHS_REJOIN=1) asks the
  * SHS_BOOTSTRAP addresses in order (shs__boot_create). The rank listed at
  * entry r listens at that address while it is the rendezvous: the lowest
  * living rank with an address, which every rank computes the same way from
  * its view of who failed, so when rank 0 dies rank 1 takes over (if it has
- * an address). The handshake is the start-up one (token proof, then rank and
- * size); the transport then judges the rank (ops.verdict). Runs on a thread
- * of its own, so a job busy training still answers at once. */
+ * an address). The rendezvous refuses a rank it counts alive, else answers
+ * with the directory: every rank's service address and whether it counts
+ * it alive. The rejoiner then asks each living rank's service (a listener
+ * on an ephemeral port that every rank of a job with several SHS_BOOTSTRAP
+ * entries keeps) to connect it: requests that the transport answers
+ * (ops.request). Every connection runs the start-up handshake (token
+ * proof, then rank and size), carries one request and one reply, and
+ * closes. The listeners run on a thread of their own, so a job busy
+ * training answers at once. */
+#define SHS_BOOT_ADDR_LEN 64u /* "host:port" of a service, NUL-padded */
+
 typedef struct shs__boot_serve shs__boot_serve_t;
 
 typedef struct shs__boot_serve_ops {
     /* whether this rank is the rendezvous now (any thread) */
     bool (*is_rendezvous)(void *arg);
-    /* an authenticated rejoiner claims `rank`: SHS_OK when the job has seen
-     * it fail, else the refusal's status and why (NUL-terminated) */
-    shs_status_t (*verdict)(void *arg, int rank, char *why, size_t why_len);
+    /* whether this rank counts `rank` alive (any thread) */
+    bool (*is_alive)(void *arg, int rank);
+    /* an authenticated rejoiner of `rank` asks req (len bytes): SHS_OK and
+     * the reply in reply (capacity *reply_len, set to its length), or a
+     * refusal's status and why (NUL-terminated) */
+    shs_status_t (*request)(void *arg, int rank, const void *req, size_t len, void *reply,
+                            size_t *reply_len, char *why, size_t why_len);
     void *arg;
 } shs__boot_serve_ops_t;
 
-/* SHS_OK without a thread when this rank has no address in the list. */
+/* SHS_OK without a thread (*serve_p NULL) when SHS_BOOTSTRAP has fewer than
+ * two entries: the job did not ask for rejoins. */
 shs_status_t shs__boot_serve_start(shs__boot_t *boot, const shs__boot_serve_ops_t *ops,
                                    shs__boot_serve_t **serve_p);
-/* Stop the thread and close the listener (NULL is ignored). */
+/* Stop the thread and close the listeners (NULL is ignored). */
 void shs__boot_serve_stop(shs__boot_serve_t *serve);
+/* This rank's service address, as the other ranks reach it. */
+const char *shs__boot_serve_addr(const shs__boot_serve_t *serve);
+/* The directory the rendezvous hands out: rank's service address (at
+ * start-up for every rank, later for a rank that rejoined). */
+void shs__boot_serve_set_addr(shs__boot_serve_t *serve, int rank, const char *addr);
+
+/* A rejoined rank (shs__boot_create with cfg->rejoin): rank's service
+ * address and whether the rendezvous counted it alive. */
+const char *shs__boot_dir_addr(const shs__boot_t *boot, int rank);
+bool shs__boot_dir_alive(const shs__boot_t *boot, int rank);
+/* One request to the service at addr: connect, handshake, send req (len
+ * bytes), receive the reply (*reply_p, malloc'ed, *reply_len_p bytes; the
+ * caller frees it). Bounded by SHS_BOOTSTRAP_TIMEOUT_MS; the service's
+ * refusal is returned (SHS_ERR_BAD_STATE: ask again later). */
+shs_status_t shs__boot_request(shs__boot_t *boot, const char *addr, const void *req,
+                               size_t len, void **reply_p, size_t *reply_len_p);
 
 /* ---- wire encoding, exposed for unit tests ---- */
 /* A frame: u32 magic, u16 version, u16 type, u32 length, payload. Big-endian. */
@@ -123,7 +152,14 @@ enum shs__boot_frame_type {
     SHS_BOOT_FT_REPLY = 7,     /* rank 0 -> joiner: result of a collective */
     SHS_BOOT_FT_CHALLENGE = 8, /* rank 0 -> joiner: nonce */
     SHS_BOOT_FT_AUTH = 9,      /* joiner -> rank 0: proof */
-    SHS_BOOT_FT_ACCEPT = 10    /* rank 0 -> joiner: proof */
+    SHS_BOOT_FT_ACCEPT = 10,   /* rank 0 -> joiner: proof */
+    SHS_BOOT_FT_REQUEST = 11   /* rejoiner -> a living rank: u32 kind, data */
+};
+
+/* Kinds of request (after the handshake, rejoiners only). */
+enum shs__boot_request_kind {
+    SHS_BOOT_REQ_DIRECTORY = 1, /* reply: size x SHS_BOOT_ADDR_LEN addresses, size alive bytes */
+    SHS_BOOT_REQ_TRANSPORT = 2  /* opaque to the bootstrap: ops.request answers */
 };
 
 #define SHS_BOOT_NONCE_LEN 32u

@@ -85,7 +85,11 @@ static shs_status_t skewed(const shs_ctx_t *ctx, uint64_t e, int p)
 
 shs_status_t shs__mesh_barrier(shs_ctx_t *ctx)
 {
-    uint64_t e = ++ctx->bar_epoch;
+    /* a rejoiner staged since the last poll takes part in this barrier */
+    if (atomic_load_explicit(&ctx->revive_pending, memory_order_acquire))
+        shs__rejoin_install(ctx);
+    /* read by the rejoin thread for a rejoiner's first barrier */
+    uint64_t e = __atomic_add_fetch(&ctx->bar_epoch, 1, __ATOMIC_RELAXED);
     int p = ahead(ctx, e, true);
     if (p >= 0)
         return skewed(ctx, e, p);
@@ -126,5 +130,10 @@ shs_status_t shs__mesh_barrier(shs_ctx_t *ctx)
         }
     }
     p = ahead(ctx, e, false);
-    return p >= 0 ? skewed(ctx, e, p) : SHS_OK;
+    if (p >= 0)
+        return skewed(ctx, e, p);
+    /* a rejoiner's regions announced before it arrived are in use after */
+    if (atomic_load_explicit(&ctx->revive_pending, memory_order_acquire))
+        shs__rejoin_install(ctx);
+    return SHS_OK;
 }

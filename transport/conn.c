@@ -22,7 +22,9 @@ static void peer_failv(int level, shs__peer_t *peer, shs_status_t status, const 
     SHS__LOG_AT(level, "peer %d (%s) failed: %s", peer->rank, peer->addr, peer->reason);
     /* a peer that failed on an endpoint failed for the whole process: the
      * context and its other endpoints stop waiting for it too */
-    if (peer->up != NULL && !atomic_flag_test_and_set(&peer->up->claimed)) {
+    if (peer->up != NULL &&
+        atomic_load_explicit(&peer->up->gen, memory_order_acquire) == peer->up_gen &&
+        !atomic_flag_test_and_set(&peer->up->claimed)) {
         const char pre[] = "seen on an endpoint: ";
         snprintf(peer->up->reason, sizeof(peer->up->reason), "%s%.*s", pre,
                  (int)(sizeof(peer->up->reason) - sizeof(pre)), peer->reason);
@@ -77,6 +79,9 @@ shs_status_t shs__mesh_alloc(shs_ctx_t *ctx)
         atomic_flag_clear(&peer->claimed);
         snprintf(peer->addr, sizeof(peer->addr), "rank %d", r);
         peer->up = ctx->parent != NULL ? &ctx->parent->peers[r] : NULL;
+        atomic_init(&peer->gen, 0);
+        atomic_init(&peer->revive, SHS__REVIVE_IDLE);
+        peer->up_gen = peer->up != NULL ? atomic_load(&peer->up->gen) : 0;
         if (r == ctx->rank)
             continue;
         peer->conns = calloc((size_t)qpp, sizeof(*peer->conns));

@@ -16,21 +16,19 @@
 /* RoCE v2 packets are routed; 64 hops is the usual IP default. */
 #define SHS__HOP_LIMIT 64
 
-/* One rank's record; values in network byte order. */
-typedef struct oob_hdr {
-    uint8_t gid[16];
-    uint32_t lid;
-    uint32_t mtu;      /* enum ibv_mtu of the active port */
-    uint32_t rd_atom;  /* READs it issues per QP */
-    uint32_t rd_resp;  /* READs it accepts per QP */
-} oob_hdr_t;
+typedef shs__oob_hdr_t oob_hdr_t;
+typedef shs__oob_qp_t oob_qp_t;
 
-typedef struct oob_qp {
-    uint32_t qpn;
-    uint32_t psn;
-} oob_qp_t;
+void shs__oob_hdr_fill(const shs_ctx_t *ctx, shs__oob_hdr_t *h)
+{
+    memcpy(h->gid, ctx->gid.gid, 16);
+    h->lid = htonl(ctx->port_attr.lid);
+    h->mtu = htonl((uint32_t)ctx->port_attr.active_mtu);
+    h->rd_atom = htonl((uint32_t)ctx->rd_atom);
+    h->rd_resp = htonl((uint32_t)ctx->rd_resp);
+}
 
-static shs_status_t qp_to_init(shs_ctx_t *ctx, shs__conn_t *conn)
+shs_status_t shs__oob_qp_to_init(shs_ctx_t *ctx, shs__conn_t *conn)
 {
     struct ibv_qp_attr attr = {
         .qp_state = IBV_QPS_INIT,
@@ -50,8 +48,8 @@ static shs_status_t qp_to_init(shs_ctx_t *ctx, shs__conn_t *conn)
     return SHS_OK;
 }
 
-static shs_status_t qp_to_rtr_rts(shs_ctx_t *ctx, shs__conn_t *conn, const oob_hdr_t *rh,
-                                  const oob_qp_t *rq)
+shs_status_t shs__oob_qp_to_rtr_rts(shs_ctx_t *ctx, shs__conn_t *conn, const oob_hdr_t *rh,
+                                    const oob_qp_t *rq)
 {
     enum ibv_mtu rmtu = (enum ibv_mtu)ntohl(rh->mtu);
     int r_rd_atom = (int)ntohl(rh->rd_atom);
@@ -125,18 +123,14 @@ shs_status_t shs__connect_oob(shs_ctx_t *ctx)
         shs__conn_t *conn = ctx->conns[i];
         conn->psn = (psn_base + (uint32_t)i * 0x10001u) & 0xffffffu;
         if ((status = shs__conn_create_qp(ctx, conn)) != SHS_OK ||
-            (status = qp_to_init(ctx, conn)) != SHS_OK ||
+            (status = shs__oob_qp_to_init(ctx, conn)) != SHS_OK ||
             (status = shs__conn_post_recvs(ctx, conn)) != SHS_OK)
             goto out_free;
     }
 
     oob_hdr_t *h = (oob_hdr_t *)mine;
     oob_qp_t *q = (oob_qp_t *)(mine + sizeof(oob_hdr_t));
-    memcpy(h->gid, ctx->gid.gid, 16);
-    h->lid = htonl(ctx->port_attr.lid);
-    h->mtu = htonl((uint32_t)ctx->port_attr.active_mtu);
-    h->rd_atom = htonl((uint32_t)ctx->rd_atom);
-    h->rd_resp = htonl((uint32_t)ctx->rd_resp);
+    shs__oob_hdr_fill(ctx, h);
     for (int i = 0; i < ctx->nconns; i++) {
         shs__conn_t *conn = ctx->conns[i];
         size_t slot = (size_t)conn->peer->rank * (size_t)qpp + (size_t)conn->qp_slot;
@@ -154,7 +148,7 @@ shs_status_t shs__connect_oob(shs_ctx_t *ctx)
         const oob_qp_t *rq = (const oob_qp_t *)(rec + sizeof(oob_hdr_t)) +
                              (size_t)ctx->rank * (size_t)qpp + (size_t)conn->qp_slot;
         shs__gid_to_string(rh->gid, conn->peer->addr, sizeof(conn->peer->addr));
-        status = qp_to_rtr_rts(ctx, conn, rh, rq);
+        status = shs__oob_qp_to_rtr_rts(ctx, conn, rh, rq);
         if (status != SHS_OK)
             goto out_free;
     }

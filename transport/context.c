@@ -88,6 +88,11 @@ static shs_status_t mesh_up(shs_ctx_t *ctx)
     status = shs__msg_setup(ctx);
     if (status != SHS_OK)
         goto err_deregister_scratch;
+    /* a rejoiner connects once its own listeners are up (shs_ctx_create):
+     * the living ranks' records, scratch keys and message size come with
+     * each connection (rejoin.c) */
+    if (ctx->rejoined)
+        return SHS_OK;
     status = ctx->cfg.connect_mode == SHS_CONNECT_RDMACM ? shs__connect_rdmacm(ctx)
                                                          : shs__connect_oob(ctx);
     if (status != SHS_OK)
@@ -102,6 +107,7 @@ static shs_status_t mesh_up(shs_ctx_t *ctx)
 
 err_disconnect:
     disconnect_all(ctx);
+    shs__rejoin_free(ctx);
     shs__msg_teardown(ctx);
 err_deregister_scratch:
     scratch_deregister(ctx);
@@ -115,6 +121,7 @@ err_free_mesh:
 static void mesh_down(shs_ctx_t *ctx)
 {
     disconnect_all(ctx);
+    shs__rejoin_free(ctx);
     shs__msg_teardown(ctx);
     scratch_deregister(ctx);
     shs__cq_destroy(ctx);
@@ -150,47 +157,6 @@ static void resolve_spin(shs_ctx_t *ctx)
               ctx->cfg.poll_spin);
 }
 
-/* The rendezvous for rejoiners is the lowest living rank with an address:
- * every rank computes it the same way from its view of who failed. */
-static bool ctx_is_rendezvous(void *arg)
-{
-    const shs_ctx_t *ctx = arg;
-    for (int r = 0; r < ctx->rank && r < ctx->naddrs; r++)
-        if (!shs__peer_is_failed(&ctx->peers[r]))
-            return false;
-    return ctx->rank < ctx->naddrs;
-}
-
-/* A rejoiner proved the token and claims rank: only a rank this one has
- * seen fail may come back (runs on the rendezvous' thread). */
-static shs_status_t ctx_rejoin_verdict(void *arg, int rank, char *why, size_t why_len)
-{
-    const shs_ctx_t *ctx = arg;
-    if (rank == ctx->rank) {
-        snprintf(why, why_len, "rank %d is this rendezvous itself, alive in the running job",
-                 rank);
-        return SHS_ERR_BAD_STATE;
-    }
-    if (!shs__peer_is_failed(&ctx->peers[rank])) {
-        snprintf(why, why_len,
-                 "rank %d is alive in the running job (two processes were given the same "
-                 "rank, or its failure is not seen yet)", rank);
-        return SHS_ERR_BAD_STATE;
-    }
-    return SHS_OK;
-}
-
-static shs_status_t serve_start(shs_ctx_t *ctx)
-{
-    shs__boot_serve_ops_t ops = {
-        .is_rendezvous = ctx_is_rendezvous,
-        .verdict = ctx_rejoin_verdict,
-        .arg = ctx,
-    };
-    ctx->naddrs = shs__hostport_count(ctx->cfg.bootstrap);
-    return shs__boot_serve_start(ctx->boot, &ops, &ctx->serve);
-}
-
 shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p)
 {
     shs_status_t status;
@@ -202,6 +168,8 @@ shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p)
     if (ctx == NULL)
         return SHS_ERR_NO_MEMORY;
     atomic_init(&ctx->device_failed, 0);
+    atomic_init(&ctx->revive_pending, 0);
+    pthread_mutex_init(&ctx->reg_lock, NULL);
     ctx->fork_gen = shs__fork_guard();
 
     status = shs__config_load(&ctx->cfg);
@@ -219,6 +187,7 @@ shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p)
         goto err_free_ctx;
     ctx->rank = shs__boot_rank(ctx->boot);
     ctx->size = shs__boot_size(ctx->boot);
+    ctx->rejoined = ctx->cfg.rejoin != 0 && ctx->size > 1;
 
     status = shs__device_open(ctx);
     if (status != SHS_OK)
@@ -230,9 +199,11 @@ shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p)
     status = shs__async_start(ctx);
     if (status != SHS_OK)
         goto err_mesh_down;
-    status = serve_start(ctx);
+    status = shs__rejoin_serve_start(ctx);
     if (status != SHS_OK)
         goto err_async_stop;
+    if (ctx->rejoined && (status = shs__rejoin_connect(ctx)) != SHS_OK)
+        goto err_serve_stop;
     resolve_spin(ctx);
 
     SHS_INFO("rank %d of %d: %d connection(s) up over %s (%s)", ctx->rank, ctx->size,
@@ -241,6 +212,8 @@ shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p)
     *ctx_p = ctx;
     return SHS_OK;
 
+err_serve_stop:
+    shs__boot_serve_stop(ctx->serve);
 err_async_stop:
     shs__async_stop(ctx);
 err_mesh_down:
@@ -250,6 +223,7 @@ err_close_device:
 err_destroy_boot:
     shs__boot_destroy(ctx->boot);
 err_free_ctx:
+    pthread_mutex_destroy(&ctx->reg_lock);
     free(ctx);
     return status;
 }
@@ -302,6 +276,11 @@ shs_status_t shs_ctx_endpoint_create(shs_ctx_t *ctx, shs_ctx_t **ep_p)
     }
     if (shs__ctx_refused(ctx, "shs_ctx_endpoint_create"))
         return SHS_ERR_BAD_STATE;
+    if (ctx->rejoined) {
+        SHS_ERROR("shs_ctx_endpoint_create: this rank rejoined a running job, and endpoints "
+                  "are not connected again after a rejoin");
+        return SHS_ERR_UNSUPPORTED;
+    }
     shs_ctx_t *ep = calloc(1, sizeof(*ep));
     if (ep == NULL)
         return SHS_ERR_NO_MEMORY;
@@ -373,6 +352,7 @@ void shs_ctx_destroy(shs_ctx_t *ctx)
     if (ctx->live_regions == 0)
         shs__device_close(ctx);
     shs__boot_destroy(ctx->boot);
+    pthread_mutex_destroy(&ctx->reg_lock);
     free(ctx);
 }
 

@@ -41,6 +41,51 @@ static int ibv_access_of(unsigned flags)
 }
 
 
+/* Counted, numbered in creation order and listed on the context (the
+ * rejoin thread reads the list). */
+static void region_link(shs_ctx_t *ctx, shs_region_t *region)
+{
+    ctx->live_regions++;
+    if (region->mr != NULL) /* as destroy uncounts it */
+        shs__fork_regions_add(1);
+    pthread_mutex_lock(&ctx->reg_lock);
+    region->seq = ctx->region_seq++;
+    region->next = ctx->regions;
+    ctx->regions = region;
+    pthread_mutex_unlock(&ctx->reg_lock);
+}
+
+static void region_unlink(shs_ctx_t *ctx, shs_region_t *region)
+{
+    pthread_mutex_lock(&ctx->reg_lock);
+    shs_region_t **pp = &ctx->regions;
+    while (*pp != NULL && *pp != region)
+        pp = &(*pp)->next;
+    if (*pp != NULL)
+        *pp = region->next;
+    pthread_mutex_unlock(&ctx->reg_lock);
+}
+
+/* A rejoined rank's region: its own key, the others' from the tables they
+ * sent, and its key sent to each of them. */
+static shs_status_t rejoined_finish(shs_ctx_t *ctx, shs_region_t *region, const reg_rec_t *mine)
+{
+    region->remote = calloc((size_t)ctx->size, sizeof(*region->remote));
+    if (region->remote == NULL)
+        return SHS_ERR_NO_MEMORY;
+    region->remote[ctx->rank].addr = mine->addr;
+    region->remote[ctx->rank].len = mine->len;
+    region->remote[ctx->rank].rkey = mine->rkey;
+    region->remote[ctx->rank].flags = mine->flags;
+    region->seq = ctx->region_seq;
+    shs_status_t st = shs__rejoin_region(ctx, region);
+    if (st != SHS_OK) {
+        free(region->remote);
+        region->remote = NULL;
+    }
+    return st;
+}
+
 /* Collective part, shared by register and alloc. The region's memory is set;
  * local_status says whether this rank got that far. */
 static shs_status_t region_finish(shs_ctx_t *ctx, shs_region_t *region,
@@ -66,6 +111,18 @@ static shs_status_t region_finish(shs_ctx_t *ctx, shs_region_t *region,
             mine.rkey = region->mr->rkey;
             mine.flags = region->flags;
         }
+    }
+    if (ctx->rejoined) {
+        /* no exchange: the peers' keys came with the rejoin, and this
+         * rank's goes to each of them (rejoin.c) */
+        status = (shs_status_t)mine.status;
+        if (status == SHS_OK)
+            status = rejoined_finish(ctx, region, &mine);
+        if (status != SHS_OK)
+            goto err_dereg;
+        free(all);
+        region_link(ctx, region);
+        return SHS_OK;
     }
     status = shs__boot_allgather(ctx->boot, &mine, sizeof(mine), all);
     if (status != SHS_OK)
@@ -105,9 +162,7 @@ static shs_status_t region_finish(shs_ctx_t *ctx, shs_region_t *region,
         region->remote[r].flags = all[r].flags;
     }
     free(all);
-    ctx->live_regions++;
-    if (region->mr != NULL) /* as destroy uncounts it */
-        shs__fork_regions_add(1);
+    region_link(ctx, region);
     return SHS_OK;
 
 err_dereg:
@@ -282,6 +337,7 @@ void shs_region_destroy(shs_region_t *region)
     if (region->owned)
         shs__mem_free(&region->mem);
     region->ctx->live_regions--;
+    region_unlink(region->ctx, region);
     free(region->remote);
     free(region);
 }

@@ -24,6 +24,14 @@ static void fail_from_wc(shs_ctx_t *ctx, shs__conn_t *conn, const struct ibv_wc 
 
 int shs__poll(shs_ctx_t *ctx)
 {
+    /* a rejoined rank's queue pairs are installed by this thread, here */
+    if (atomic_load_explicit(&ctx->revive_pending, memory_order_acquire))
+        shs__rejoin_install(ctx);
+    return shs__poll_cq(ctx);
+}
+
+int shs__poll_cq(shs_ctx_t *ctx)
+{
     int n = ibv_poll_cq(ctx->cq, SHS__WC_BATCH, ctx->wc);
 
     if (n < 0) {

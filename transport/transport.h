@@ -110,6 +110,13 @@ const char *shs__wc_status_hint(enum ibv_wc_status st);
 #define SHS__WRID_RECV (1ull << 16)
 #define SHS__WRID_SEQ_SHIFT 17
 
+typedef struct shs__remote {
+    uint64_t addr;
+    uint64_t len;
+    uint32_t rkey;
+    uint32_t flags;
+} shs__remote_t;
+
 typedef struct shs__conn {
     struct ibv_qp *qp;
     struct rdma_cm_id *cm_id; /* rdmacm mode only */
@@ -147,6 +154,17 @@ typedef struct shs__peer {
      * failure is this one's too, and which learns of this one's (NULL on a
      * context) */
     struct shs__peer *up;
+    /* incarnations: a context's peer counts the times it rejoined; an
+     * endpoint's peer remembers the count its queue pairs were made for
+     * (an endpoint's mesh is not re-made: a rejoined rank stays failed on
+     * it) */
+    atomic_uint gen;
+    unsigned up_gen;
+    /* a rejoiner's queue pairs, made by the rejoin thread (rejoin.c), that
+     * the thread driving the context installs; REVIVE_* */
+    atomic_int revive;
+    struct shs__conn *stage;  /* qps_per_peer */
+    shs__remote_t stage_scratch;
     shs__conn_t *conns;       /* qps_per_peer */
     unsigned rr;              /* next connection for round robin */
     /* received immediates not yet taken; the receive is reposted on take */
@@ -160,15 +178,10 @@ typedef struct shs__peer {
     unsigned msg_head, msg_tail;
 } shs__peer_t;
 
-typedef struct shs__remote {
-    uint64_t addr;
-    uint64_t len;
-    uint32_t rkey;
-    uint32_t flags;
-} shs__remote_t;
-
 struct shs_region {
     shs_ctx_t *ctx;
+    uint32_t seq;             /* creation order on the context (rejoiners match by it) */
+    struct shs_region *next;  /* the context's list of regions (ctx->reg_lock) */
     void *addr;
     size_t len;
     unsigned flags;
@@ -237,6 +250,16 @@ struct shs_ctx {
      * SHS_BOOTSTRAP; NULL otherwise and on endpoints) */
     shs__boot_serve_t *serve;
     int naddrs;               /* entries of SHS_BOOTSTRAP */
+    /* rejoins (rejoin.c) */
+    bool rejoined;            /* this process rejoined a running job */
+    atomic_int revive_pending; /* a rejoiner's queue pairs or regions wait to be installed */
+    pthread_mutex_t reg_lock; /* regions, reg_stage */
+    shs_region_t *regions;    /* every region of the context, newest first */
+    uint32_t region_seq;      /* regions created so far */
+    struct shs__reg_stage *reg_stage; /* rejoiners' regions not installed yet */
+    size_t reg_nstage, reg_capstage;
+    struct shs__reg_entry **rj_table; /* a rejoiner: each rank's regions (size entries) */
+    size_t *rj_count;
 
     pthread_t async_thread;
     bool async_running;
@@ -300,7 +323,9 @@ void shs__peer_fail_at(int log_level, shs__peer_t *peer, shs_status_t status,
 static inline bool shs__peer_is_failed(const shs__peer_t *peer)
 {
     return atomic_load_explicit(&peer->failed, memory_order_acquire) != 0 ||
-           (peer->up != NULL && atomic_load_explicit(&peer->up->failed, memory_order_acquire) != 0);
+           (peer->up != NULL &&
+            (atomic_load_explicit(&peer->up->failed, memory_order_acquire) != 0 ||
+             atomic_load_explicit(&peer->up->gen, memory_order_acquire) != peer->up_gen));
 }
 
 /* connection establishment (conn_oob.c, conn_rdmacm.c) */
@@ -335,6 +360,42 @@ void shs__fork_regions_add(int delta);
 void shs__memlock_check(const char *dev_name);
 /* log why ibv_reg_mr of len bytes failed with err, with what to do */
 void shs__reg_mr_explain(const char *dev_name, size_t len, int err);
+
+/* out-of-band connection pieces (conn_oob.c), also used by rejoins */
+typedef struct shs__oob_hdr {   /* values in network byte order */
+    uint8_t gid[16];
+    uint32_t lid;
+    uint32_t mtu;      /* enum ibv_mtu of the active port */
+    uint32_t rd_atom;  /* READs it issues per QP */
+    uint32_t rd_resp;  /* READs it accepts per QP */
+} shs__oob_hdr_t;
+typedef struct shs__oob_qp {
+    uint32_t qpn;
+    uint32_t psn;
+} shs__oob_qp_t;
+void shs__oob_hdr_fill(const shs_ctx_t *ctx, shs__oob_hdr_t *h);
+shs_status_t shs__oob_qp_to_init(shs_ctx_t *ctx, shs__conn_t *conn);
+shs_status_t shs__oob_qp_to_rtr_rts(shs_ctx_t *ctx, shs__conn_t *conn, const shs__oob_hdr_t *rh,
+                                    const shs__oob_qp_t *rq);
+
+/* rejoins (rejoin.c) */
+#define SHS__REVIVE_IDLE 0
+#define SHS__REVIVE_STAGED 1  /* queue pairs made, waiting for the driving thread */
+/* Start the rejoin listeners and learn every rank's service address
+ * (collective at start-up; a rejoiner takes the rendezvous' directory). */
+shs_status_t shs__rejoin_serve_start(shs_ctx_t *ctx);
+/* A rejoiner: connect to every rank alive in the directory (instead of
+ * the start-up connect and scratch exchange). */
+shs_status_t shs__rejoin_connect(shs_ctx_t *ctx);
+/* On the thread that drives ctx: put staged queue pairs and regions of
+ * rejoined ranks to use (shs__poll calls it when revive_pending). */
+void shs__rejoin_install(shs_ctx_t *ctx);
+/* A rejoiner's region: its peers' copies from their tables, its own sent
+ * to them. */
+shs_status_t shs__rejoin_region(shs_ctx_t *ctx, shs_region_t *region);
+void shs__rejoin_free(shs_ctx_t *ctx);
+/* Raw completion polling (shs__poll without installing rejoins). */
+int shs__poll_cq(shs_ctx_t *ctx);
 
 /* async events (async.c) */
 shs_status_t shs__async_start(shs_ctx_t *ctx);

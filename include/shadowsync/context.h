@@ -135,10 +135,20 @@ typedef struct shs_ctx_params {
  * the token as at start-up and refuses: SHS_ERR_TOKEN_MISMATCH (another
  * token), SHS_ERR_SIZE_MISMATCH, SHS_ERR_CONFIG (rank out of range),
  * SHS_ERR_BAD_STATE (the rank is alive in the running job, or its failure
- * is not seen yet: retried until SHS_BOOTSTRAP_TIMEOUT_MS). A rank whose
- * failure the job has seen gets SHS_ERR_UNSUPPORTED in this version:
- * connecting a rejoined rank's queue pairs and regions is not built yet
- * (docs/failures.md). SHS_ERR_TIMEOUT when no address answered.
+ * is not seen yet: asked again until SHS_BOOTSTRAP_TIMEOUT_MS),
+ * SHS_ERR_TIMEOUT when no address answered. Admitted, it connects new
+ * queue pairs to every rank the rendezvous counts alive (SHS_CONNECT=oob on
+ * every rank; SHS_ERR_UNSUPPORTED with rdma_cm), each of which takes it
+ * back at its next poll (shs_ctx_peer_status turns SHS_OK there). Then the
+ * program repeats its set-up: regions must be created in the order the job
+ * created them (their keys are matched by that order; SHS_ERR_CONFIG for a
+ * region the others do not have), are not collective for the rejoined
+ * rank, and a living rank's copy of the rejoiner's region is out of bounds
+ * until the rejoiner has created it. Its first shs_ctx_barrier pairs with
+ * the first barrier the others enter after taking it back. Endpoints, and
+ * what needs them (the shadow engine) or the bootstrap collectives
+ * (collectives, embedding tables), are not available to or towards a
+ * rejoined rank yet (docs/failures.md).
  */
 SHS_API shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p);
 

@@ -100,6 +100,7 @@ void shs__boot_destroy(shs__boot_t *b)
             shs__boot_link_close(&b->peer[r]);
     free(b->peer);
     memset(b->token, 0, sizeof(b->token));
+    free(b->dir);
     free(b);
 }
 

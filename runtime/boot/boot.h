@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "runtime/bootstrap.h"
 #include "runtime/clock.h"
@@ -35,6 +36,7 @@
 #define FT_CHALLENGE SHS_BOOT_FT_CHALLENGE
 #define FT_AUTH SHS_BOOT_FT_AUTH
 #define FT_ACCEPT SHS_BOOT_FT_ACCEPT
+#define FT_REQUEST SHS_BOOT_FT_REQUEST
 
 #define CONTRIB_FIXED SHS_BOOT_CONTRIB_FIXED
 #define ERROR_FIXED SHS_BOOT_ERROR_FIXED
@@ -63,6 +65,12 @@ struct shs__boot {
     link_t *peer;  /* rank 0: peer[r] for 1 <= r < size */
     shs_status_t poisoned;
     char addrs[sizeof(((shs__config_t *)0)->bootstrap)]; /* SHS_BOOTSTRAP, every entry */
+    /* a rejoined rank: the directory the rendezvous gave (size x
+     * SHS_BOOT_ADDR_LEN, then size alive bytes), and the address this
+     * process reached it from */
+    uint8_t *dir;
+    struct sockaddr_storage local;
+    bool has_local;
     char token[sizeof(((shs__config_t *)0)->job_token)];
 };
 
@@ -171,11 +179,15 @@ typedef struct hs_set hs_set_t;
  * *link_p (where its connection goes) to admit it, or refuse it
  * (shs__hs_refuse) and return that status. */
 typedef shs_status_t (*shs__hs_decide_fn)(hs_set_t *set, hs_pending_t *pc, link_t **link_p);
+/* Called once the peer has rank 0's (the listener's) proof and l is
+ * authenticated; NULL to keep the link as it is. */
+typedef void (*shs__hs_admitted_fn)(hs_set_t *set, link_t *l, const hs_pending_t *pc);
 
 struct hs_set {
     shs__boot_t *b;          /* the token, size and handshake deadline */
     const char *who;         /* "rank 0", "the rendezvous (rank 2)": for refusals */
     shs__hs_decide_fn decide;
+    shs__hs_admitted_fn admitted;
     void *arg;               /* the decider's */
     size_t cap;              /* handshakes at once; the oldest goes beyond */
     hs_pending_t *pend;
@@ -201,6 +213,10 @@ size_t shs__hs_pollset(hs_set_t *set, struct pollfd *pfd, int *left_ms);
 /* Act on what poll reported for the first npolled pending connections (as
  * shs__hs_pollset put them); returns how many were admitted. */
 int shs__hs_serve(hs_set_t *set, const struct pollfd *pfd, size_t npolled);
+
+/* The address this rank reaches the bootstrap from (its link to rank 0, or
+ * rank 0's to a peer, or a rejoiner's to the rendezvous). */
+shs_status_t shs__boot_local_addr(const shs__boot_t *b, struct sockaddr_storage *ss);
 
 /* ---- admit.c (rank 0) ---- */
 

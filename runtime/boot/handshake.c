@@ -104,6 +104,8 @@ static int hs_frame(hs_set_t *set, hs_pending_t *pc, const shs__boot_hdr_t *h)
     }
     l->authed = true;
     SHS_DEBUG("rank %u joined from %s", rank, pc->from);
+    if (set->admitted != NULL)
+        set->admitted(set, l, pc);
     return 1;
 }
 

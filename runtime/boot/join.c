@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <poll.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -183,30 +184,142 @@ shs_status_t shs__boot_join(shs__boot_t *b, const char *host, const char *port,
     return join_expect(b, FT_WELCOME, NULL, 0, dl, "welcome");
 }
 
-/* One try at the rendezvous at entry i of SHS_BOOTSTRAP: SHS_ERR_IO when
- * nothing answers there. */
-static shs_status_t rejoin_at(shs__boot_t *b, int i, shs__deadline_t dl)
+/* The reply of one request on an authenticated link: FT_REPLY, malloc'ed. */
+static shs_status_t recv_reply(shs__boot_t *b, void **reply_p, size_t *len_p, shs__deadline_t dl)
 {
-    char host[256], port[8];
+    shs__boot_hdr_t h;
+    const char *what = "a rejoin request";
+    shs_status_t st = shs__boot_recv_hdr(&b->root, &h, dl, -1, what);
+    if (st != SHS_OK)
+        return st;
+    if (h.type == FT_ERROR)
+        return shs__boot_recv_error(&b->root, &h, dl, what);
+    if (h.type != FT_REPLY) {
+        SHS_ERROR("unexpected frame type %u from %s during %s", h.type, b->root.from, what);
+        return SHS_ERR_PROTOCOL;
+    }
+    uint8_t *buf = malloc(h.length > 0 ? h.length : 1);
+    if (buf == NULL)
+        return SHS_ERR_NO_MEMORY;
+    st = shs__boot_recv_body(&b->root, buf, h.length, dl, -1, what);
+    if (st == SHS_OK)
+        st = shs__boot_recv_end(&b->root, dl, -1, what);
+    if (st != SHS_OK) {
+        free(buf);
+        return st;
+    }
+    *reply_p = buf;
+    *len_p = h.length;
+    return SHS_OK;
+}
+
+/* Connect to host:port (one try of at most REJOIN_CONNECT_MS), handshake,
+ * one request of `kind`, its reply. SHS_ERR_IO when nothing answers. */
+static shs_status_t request_at(shs__boot_t *b, const char *host, const char *port,
+                               uint32_t kind, const void *req, size_t len, void **reply_p,
+                               size_t *reply_len_p, shs__deadline_t dl)
+{
     int err = 0;
-    if (shs__hostport_entry(b->addrs, i, host, sizeof(host), port, sizeof(port)) != SHS_OK)
-        return SHS_ERR_CONFIG;
     int left = shs__deadline_remaining_ms(dl);
-    shs__deadline_t step = shs__deadline_in_ms(left < REJOIN_CONNECT_MS ? left : REJOIN_CONNECT_MS);
+    shs__deadline_t step =
+        shs__deadline_in_ms(left < REJOIN_CONNECT_MS ? left : REJOIN_CONNECT_MS);
     int fd = connect_once(host, port, step, &err);
     if (fd < 0) {
         SHS_DEBUG("rejoin: nothing answers at %s:%s (%s)", host, port, strerror(err));
         return SHS_ERR_IO;
     }
+    socklen_t sl = sizeof(b->local);
+    b->has_local = getsockname(fd, (struct sockaddr *)&b->local, &sl) == 0;
     shs_status_t st = join_handshake(b, fd, host, port, dl);
-    if (st == SHS_OK) {
-        /* a rendezvous of this version refuses before its proof */
-        SHS_ERROR("rejoin: the rendezvous at %s:%s admitted rank %d, which this version "
-                  "cannot follow", host, port, b->rank);
-        st = SHS_ERR_PROTOCOL;
-    }
+    uint8_t k[4];
+    shs__put_u32(k, kind);
+    if (st == SHS_OK)
+        st = shs__boot_send(&b->root, FT_REQUEST, k, sizeof(k), req, len, dl, -1,
+                            "a rejoin request");
+    if (st == SHS_OK)
+        st = recv_reply(b, reply_p, reply_len_p, dl);
     shs__boot_link_close(&b->root);
     return st;
+}
+
+shs_status_t shs__boot_request(shs__boot_t *b, const char *addr, const void *req, size_t len,
+                               void **reply_p, size_t *reply_len_p)
+{
+    char host[256], port[8];
+    if (shs__hostport_split(addr, host, sizeof(host), port, sizeof(port)) != SHS_OK) {
+        SHS_ERROR("rejoin: \"%s\" is not a service address", addr);
+        return SHS_ERR_PROTOCOL;
+    }
+    shs__deadline_t dl = shs__deadline_in_ms(b->timeout_ms);
+    int backoff = CONNECT_BACKOFF_FIRST_MS;
+    for (;;) {
+        shs_status_t st = request_at(b, host, port, SHS_BOOT_REQ_TRANSPORT, req, len, reply_p,
+                                     reply_len_p, dl);
+        /* busy, or not yet ready for this rank: ask again until the deadline */
+        if (st != SHS_ERR_BAD_STATE && st != SHS_ERR_IO)
+            return st;
+        int left = shs__deadline_remaining_ms(dl);
+        if (left == 0) {
+            SHS_ERROR("rejoin: the service at %s did not take the request within %d ms "
+                      "(SHS_BOOTSTRAP_TIMEOUT_MS)", addr, b->timeout_ms);
+            return st == SHS_ERR_IO ? SHS_ERR_TIMEOUT : st;
+        }
+        nap_ms(backoff < left ? backoff : left);
+        backoff = backoff * 2 < CONNECT_BACKOFF_MAX_MS ? backoff * 2 : CONNECT_BACKOFF_MAX_MS;
+    }
+}
+
+/* One try at the rendezvous at entry i of SHS_BOOTSTRAP: the directory, or
+ * SHS_ERR_IO when nothing answers there. */
+static shs_status_t rejoin_at(shs__boot_t *b, int i, shs__deadline_t dl)
+{
+    char host[256], port[8];
+    if (shs__hostport_entry(b->addrs, i, host, sizeof(host), port, sizeof(port)) != SHS_OK)
+        return SHS_ERR_CONFIG;
+    void *dir = NULL;
+    size_t len = 0;
+    shs_status_t st = request_at(b, host, port, SHS_BOOT_REQ_DIRECTORY, NULL, 0, &dir, &len, dl);
+    if (st != SHS_OK)
+        return st;
+    if (len != (size_t)b->size * (SHS_BOOT_ADDR_LEN + 1)) {
+        SHS_ERROR("rejoin: the directory from %s:%s has %zu bytes, expected %zu", host, port,
+                  len, (size_t)b->size * (SHS_BOOT_ADDR_LEN + 1));
+        free(dir);
+        return SHS_ERR_PROTOCOL;
+    }
+    uint8_t *d = dir;
+    for (int r = 0; r < b->size; r++)
+        d[(size_t)r * SHS_BOOT_ADDR_LEN + SHS_BOOT_ADDR_LEN - 1] = '\0';
+    free(b->dir);
+    b->dir = d;
+    SHS_INFO("rejoin: rank %d admitted by the rendezvous at %s:%s", b->rank, host, port);
+    return SHS_OK;
+}
+
+const char *shs__boot_dir_addr(const shs__boot_t *b, int rank)
+{
+    return b->dir != NULL ? (const char *)b->dir + (size_t)rank * SHS_BOOT_ADDR_LEN : "";
+}
+
+bool shs__boot_dir_alive(const shs__boot_t *b, int rank)
+{
+    return b->dir != NULL && b->dir[(size_t)b->size * SHS_BOOT_ADDR_LEN + (size_t)rank] != 0;
+}
+
+shs_status_t shs__boot_local_addr(const shs__boot_t *b, struct sockaddr_storage *ss)
+{
+    socklen_t sl = sizeof(*ss);
+    int fd = b->root.fd;
+    for (int r = 1; fd < 0 && b->peer != NULL && r < b->size; r++)
+        fd = b->peer[r].fd;
+    if (fd >= 0 && getsockname(fd, (struct sockaddr *)ss, &sl) == 0)
+        return SHS_OK;
+    if (b->has_local) {
+        *ss = b->local;
+        return SHS_OK;
+    }
+    SHS_ERROR("rejoin service: no bootstrap connection to learn this rank's address from");
+    return SHS_ERR_IO;
 }
 
 shs_status_t shs__boot_rejoin(shs__boot_t *b, shs__deadline_t dl)
@@ -225,7 +338,7 @@ shs_status_t shs__boot_rejoin(shs__boot_t *b, shs__deadline_t dl)
             if (st == SHS_ERR_IO || st == SHS_ERR_PEER_FAILED || st == SHS_ERR_TIMEOUT)
                 continue;
             if (st != SHS_ERR_BAD_STATE)
-                return st; /* the rendezvous' verdict (logged by join_expect) */
+                return st; /* admitted, or the rendezvous' refusal (logged) */
             last = st;     /* alive, or its failure not seen yet: ask again */
             break;
         }

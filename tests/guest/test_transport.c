@@ -20,10 +20,11 @@
  *   kill-root rank 0 (the bootstrap's root) is SIGKILLed after start-up:
  *             the others barrier among themselves (it is not waited for
  *             once seen failed), talk, barrier again and leave cleanly
- *   rejoin    claimants of ranks (SHS_REJOIN=1) at the rendezvous: a wrong
- *             token and a living rank are refused while the job goes on; a
- *             failed rank gets SHS_ERR_UNSUPPORTED (not built yet); with
- *             rank 0 killed, rank 1 answers as the rendezvous
+ *   rejoin    rank 2 killed; claimants (SHS_REJOIN=1) with a wrong token or
+ *             of a living rank refused while the job goes on; rank 2
+ *             started again rejoins (oob: writes, reads and immediates
+ *             among all three; rdmacm: refused as unsupported); rank 0
+ *             killed, rank 1 answers as the rendezvous
  *   msg       two-sided messages (SHS_MSG_SIZE 4096): 0..4096 bytes in order
  *             and byte for byte, mixed with immediates, buffers given back
  *             out of order, SHS_PEER_ANY, local refusals
@@ -506,19 +507,104 @@ static void talk(shs_ctx_t *ctx, shs_region_t *buf, int a, int b, unsigned tag)
     CHECK_OK(shs_ctx_barrier(ctx));
 }
 
-/* Rank 2 is killed; claimants of ranks 2 and 1 at rank 0's rendezvous are
- * refused (a wrong token; a rank that is alive; a failed rank, which this
- * version cannot connect yet) while ranks 0 and 1 go on. Then rank 0 is
- * killed and rank 1, now the lowest living rank with an address, answers
- * the claimants of rank 0. */
+#define RJ_OWN 2048  /* each rank's own pattern, read by the others */
+#define RJ_READ 3072 /* where a rank reads its next rank's pattern */
+#define RJ_IMM 4032  /* the immediates' 8 bytes, away from the checked ones */
+
+/* Ranks 0, 1 and the rejoined rank 2 move data every way: a write into the
+ * next rank's buffer, a read of its own pattern, an immediate around. */
+static void rejoined_talk(shs_ctx_t *ctx, shs_region_t *buf)
+{
+    int me = shs_ctx_rank(ctx), next = (me + 1) % 3, prev = (me + 2) % 3;
+    uint8_t *b = shs_region_addr(buf);
+    uint32_t imm = 0;
+    for (size_t i = 0; i < 64; i++)
+        b[RJ_OWN + i] = pattern(me, i);
+    CHECK_OK(shs_ctx_barrier(ctx));
+    CHECK_OK(shs_write(ctx, next, buf, RJ_OWN, buf, (size_t)me * 64, 64, SHS_OP_SIGNAL));
+    CHECK_OK(shs_read(ctx, next, buf, RJ_READ, buf, RJ_OWN, 64, SHS_OP_SIGNAL));
+    CHECK_OK(shs_flush(ctx, next, SHS_TIMEOUT_DEFAULT));
+    verify(b, RJ_READ, 64, next, 0, "read after the rejoin");
+    CHECK_OK(shs_write_imm(ctx, next, buf, RJ_IMM, buf, RJ_IMM, 8, 300u + (unsigned)me,
+                           SHS_OP_SIGNAL));
+    CHECK_OK(shs_flush(ctx, next, SHS_TIMEOUT_DEFAULT));
+    CHECK_OK(shs_wait_imm(ctx, prev, NULL, &imm, 30000));
+    if (imm != 300u + (unsigned)prev)
+        fail("immediate %u from rank %d after the rejoin", imm, prev);
+    CHECK_OK(shs_ctx_barrier(ctx));
+    verify(b, (size_t)prev * 64, 64, prev, 0, "write after the rejoin");
+    CHECK_OK(shs_ctx_barrier(ctx));
+}
+
+/* After rank 0 is killed: ranks 1 and 2 go on; rank 1 is the rendezvous
+ * and refuses a wrong token for rank 0 and a claim of rank 2, alive again. */
+static void without_rank0(shs_ctx_t *ctx, shs_region_t *buf, const char *token)
+{
+    int me = shs_ctx_rank(ctx);
+    CHECK_OK(shs_ctx_barrier(ctx));
+    CHECK_EQ(shs_ctx_peer_status(ctx, 0, NULL), SHS_ERR_PEER_FAILED);
+    if (me == 1) {
+        claim(0, "some-other-job", SHS_ERR_TOKEN_MISMATCH);
+        claim(2, token, SHS_ERR_BAD_STATE);
+    }
+    talk(ctx, buf, 1, 2, 400u);
+}
+
+/* The rejoiner: rank 2 started again with SHS_REJOIN=1. */
+static int rejoiner(void)
+{
+    shs_ctx_t *ctx = NULL;
+    shs_region_t *buf;
+    g_rank = atoi(getenv("SHS_RANK"));
+    double t0 = now_s();
+    CHECK_OK(shs_ctx_create(NULL, &ctx));
+    CHECK_EQ(shs_ctx_peer_status(ctx, 0, NULL), SHS_OK);
+    CHECK_EQ(shs_ctx_peer_status(ctx, 1, NULL), SHS_OK);
+    /* the job's regions, in the order it made them */
+    CHECK_OK(shs_region_alloc(ctx, 4096, SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_WRITE |
+                                             SHS_ACCESS_REMOTE_READ, &buf));
+    printf("rank %d: rejoined in %.2f s\n", g_rank, now_s() - t0);
+    rejoined_talk(ctx, buf);
+    without_rank0(ctx, buf, getenv("SHS_JOB_TOKEN"));
+    shs_region_destroy(buf);
+    shs_ctx_destroy(ctx);
+    return RC_OK;
+}
+
+static pid_t spawn_rejoiner(int rank, const char *token)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        fail("fork: %s", strerror(errno));
+    if (pid == 0) {
+        char r[16];
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        snprintf(r, sizeof(r), "%d", rank);
+        setenv("SHS_RANK", r, 1);
+        setenv("SHS_JOB_TOKEN", token, 1);
+        setenv("SHS_REJOIN", "1", 1);
+        execl("/proc/self/exe", "shs_test_transport", "--rejoiner", (char *)NULL);
+        _exit(RC_FAIL);
+    }
+    return pid;
+}
+
+/* Rank 2 is killed; claimants at rank 0's rendezvous are refused (a wrong
+ * token, a living rank) while ranks 0 and 1 go on. Out of band, rank 2 is
+ * then started again and rejoins: the three move data every way. Then
+ * rank 0 is killed and rank 1, the lowest living rank with an address,
+ * answers as the rendezvous. With rdma_cm a rejoin is refused as not
+ * supported (SHS_ERR_UNSUPPORTED). */
 static void case_rejoin(shs_ctx_t *ctx)
 {
     int me = shs_ctx_rank(ctx);
     const char *token = getenv("SHS_JOB_TOKEN");
+    const char *mode = getenv("SHS_CONNECT");
+    bool oob = mode != NULL && strcmp(mode, "oob") == 0;
     shs_region_t *buf;
 
-    CHECK_OK(shs_region_alloc(ctx, 4096, SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_WRITE,
-                              &buf));
+    CHECK_OK(shs_region_alloc(ctx, 4096, SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_WRITE |
+                                             SHS_ACCESS_REMOTE_READ, &buf));
     CHECK_OK(shs_ctx_barrier(ctx));
     if (me == 2) {
         usleep(300 * 1000);
@@ -529,17 +615,32 @@ static void case_rejoin(shs_ctx_t *ctx)
     if (me == 1) {
         claim(2, "some-other-job", SHS_ERR_TOKEN_MISMATCH);
         claim(1, token, SHS_ERR_BAD_STATE);
-        claim(2, token, SHS_ERR_UNSUPPORTED);
     }
-    talk(ctx, buf, 0, 1, 200u);
+    if (!oob) {
+        if (me == 1)
+            claim(2, token, SHS_ERR_UNSUPPORTED);
+        talk(ctx, buf, 0, 1, 200u);
+        shs_region_destroy(buf);
+        return;
+    }
+    pid_t rj = me == 1 ? spawn_rejoiner(2, token) : -1;
+    double t0 = now_s();
+    while (shs_ctx_peer_status(ctx, 2, NULL) != SHS_OK) {
+        if (now_s() - t0 > 60)
+            fail("rank 2 did not rejoin within 60 s");
+        CHECK_OK(shs_progress(ctx));
+        usleep(1000);
+    }
+    printf("rank %d: rank 2 is back after %.2f s\n", me, now_s() - t0);
+    rejoined_talk(ctx, buf);
     if (me == 0) {
         usleep(300 * 1000);
         raise(SIGKILL);
     }
-    CHECK_OK(shs_ctx_barrier(ctx));
-    CHECK_EQ(shs_ctx_peer_status(ctx, 0, NULL), SHS_ERR_PEER_FAILED);
-    claim(0, "some-other-job", SHS_ERR_TOKEN_MISMATCH);
-    claim(0, token, SHS_ERR_UNSUPPORTED);
+    without_rank0(ctx, buf, token);
+    int status;
+    if (waitpid(rj, &status, 0) != rj || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail("the rejoined rank 2 failed");
     shs_region_destroy(buf);
 }
 
@@ -727,6 +828,8 @@ int main(int argc, char **argv)
         return child(argv[2]);
     if (argc == 3 && strcmp(argv[1], "--claim") == 0)
         return claimant((shs_status_t)atoi(argv[2]));
+    if (argc == 2 && strcmp(argv[1], "--rejoiner") == 0)
+        return rejoiner();
     if (argc < 3 || argc > 4) {
         fprintf(stderr, "usage: %s basic|mismatch|token|kill|kill-root|rejoin|msg|endpoint NRANKS [oob|rdmacm]\n", argv[0]);
         return RC_FAIL;

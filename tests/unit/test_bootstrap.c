@@ -992,7 +992,7 @@ START_TEST(test_tampered_frame_refused)
 }
 END_TEST
 
-/* ---- the rendezvous for rejoiners (serve.c, the rejoiner in join.c) ---- */
+/* ---- the rejoin listeners (serve.c) and the rejoiner (join.c) ---- */
 
 static int rejoin_pipe[2]; /* rank 1 tells rank 0 that the claims are done */
 
@@ -1003,17 +1003,33 @@ static bool fake_is_rendezvous(void *arg)
 }
 
 /* The job has seen rank 2 fail; ranks 0 and 1 are alive. */
-static shs_status_t fake_verdict(void *arg, int rank, char *why, size_t len)
+static bool fake_is_alive(void *arg, int rank)
 {
     (void)arg;
-    if (rank == 2)
-        return SHS_OK;
-    snprintf(why, len, "rank %d is alive", rank);
-    return SHS_ERR_BAD_STATE;
+    return rank != 2;
 }
 
-/* A claimant of `rank` (job size `size`) with `token`: its create's status. */
-static shs_status_t claim(const job_t *job, int rank, int size, const char *token, int ms)
+/* The transport's part, faked: the request reversed, or refused when it
+ * starts with 'x'. */
+static shs_status_t fake_request(void *arg, int rank, const void *req, size_t len, void *reply,
+                                 size_t *reply_len, char *why, size_t why_len)
+{
+    const uint8_t *in = req;
+    (void)arg;
+    if (len > 0 && in[0] == 'x') {
+        snprintf(why, why_len, "rank %d asked for x", rank);
+        return SHS_ERR_CONFIG;
+    }
+    for (size_t i = 0; i < len; i++)
+        ((uint8_t *)reply)[i] = in[len - 1 - i];
+    *reply_len = len;
+    return SHS_OK;
+}
+
+/* A claimant of `rank` (job size `size`) with `token`: its create's status;
+ * with b_p, the bootstrap it got (else destroyed). */
+static shs_status_t claim(const job_t *job, int rank, int size, const char *token, int ms,
+                          shs__boot_t **b_p)
 {
     shs__config_t c;
     shs__boot_t *b = NULL;
@@ -1021,9 +1037,37 @@ static shs_status_t claim(const job_t *job, int rank, int size, const char *toke
     c.rejoin = 1;
     c.bootstrap_timeout_ms = slow(ms);
     shs_status_t st = shs__boot_create(&c, &b);
-    if (st == SHS_OK)
+    if (st == SHS_OK && b_p != NULL)
+        *b_p = b;
+    else if (st == SHS_OK)
         shs__boot_destroy(b);
     return st;
+}
+
+/* Rank 2 (failed, as the job sees it) is admitted: the directory names
+ * rank 0's service and counts ranks 0 and 1 alive; a request to the
+ * service is answered, or refused with the transport's status. */
+static int claim_admitted(const job_t *job)
+{
+    shs__boot_t *b = NULL;
+    if (claim(job, 2, 3, "t-rejoin", 5000, &b) != SHS_OK)
+        return 106;
+    int rc = 0;
+    void *reply = NULL;
+    size_t len = 0;
+    if (!shs__boot_dir_alive(b, 0) || !shs__boot_dir_alive(b, 1) || shs__boot_dir_alive(b, 2))
+        rc = 107;
+    else if (shs__boot_request(b, shs__boot_dir_addr(b, 0), "abc", 3, &reply, &len) != SHS_OK ||
+             len != 3 || memcmp(reply, "cba", 3) != 0)
+        rc = 108;
+    free(reply);
+    reply = NULL;
+    if (rc == 0 && shs__boot_request(b, shs__boot_dir_addr(b, 0), "xyz", 3, &reply, &len) !=
+                       SHS_ERR_CONFIG)
+        rc = 109;
+    free(reply);
+    shs__boot_destroy(b);
+    return rc;
 }
 
 static int rejoin_rank(const job_t *job, int rank, int proc)
@@ -1037,10 +1081,11 @@ static int rejoin_rank(const job_t *job, int rank, int proc)
         return code(st);
     if (rank == 0) {
         /* rank 0 serves rejoiners until rank 1 is done with its claims */
-        shs__boot_serve_ops_t ops = {fake_is_rendezvous, fake_verdict, NULL};
+        shs__boot_serve_ops_t ops = {fake_is_rendezvous, fake_is_alive, fake_request, NULL};
         shs__boot_serve_t *serve;
         if ((st = shs__boot_serve_start(b, &ops, &serve)) != SHS_OK || serve == NULL)
             return st != SHS_OK ? code(st) : BAD_VALUE;
+        shs__boot_serve_set_addr(serve, 0, shs__boot_serve_addr(serve));
         struct pollfd pfd = {.fd = rejoin_pipe[0], .events = POLLIN};
         int ready = poll(&pfd, 1, slow(20000));
         shs__boot_serve_stop(serve);
@@ -1050,16 +1095,15 @@ static int rejoin_rank(const job_t *job, int rank, int proc)
     int rc = 0;
     if (rank == 1) {
         /* a rejoiner is refused for a wrong token, another job size, a
-         * living rank (asked again until its deadline); a failed rank is
-         * admitted by the verdict and then refused as not built */
-        if (claim(job, 2, 3, "t-other", 5000) != SHS_ERR_TOKEN_MISMATCH)
+         * living rank (asked again until its deadline) */
+        if (claim(job, 2, 3, "t-other", 5000, NULL) != SHS_ERR_TOKEN_MISMATCH)
             rc = 101;
-        else if (claim(job, 2, 4, "t-rejoin", 5000) != SHS_ERR_SIZE_MISMATCH)
+        else if (claim(job, 2, 4, "t-rejoin", 5000, NULL) != SHS_ERR_SIZE_MISMATCH)
             rc = 102;
-        else if (claim(job, 1, 3, "t-rejoin", 600) != SHS_ERR_BAD_STATE)
+        else if (claim(job, 1, 3, "t-rejoin", 600, NULL) != SHS_ERR_BAD_STATE)
             rc = 103;
-        else if (claim(job, 2, 3, "t-rejoin", 5000) != SHS_ERR_UNSUPPORTED)
-            rc = 104;
+        else
+            rc = claim_admitted(job);
         if (write(rejoin_pipe[1], "x", 1) != 1)
             rc = 105;
     }
@@ -1067,12 +1111,15 @@ static int rejoin_rank(const job_t *job, int rank, int proc)
     return rc;
 }
 
-START_TEST(test_rejoin_refusals)
+START_TEST(test_rejoin)
 {
     job_t job;
     int codes[MAX_PROCS];
     ck_assert_int_eq(pipe(rejoin_pipe), 0);
     job_init(&job, 3, 10000);
+    /* two entries: the job asks for rejoins */
+    size_t used = strlen(job.addr);
+    snprintf(job.addr + used, sizeof(job.addr) - used, ",127.0.0.1:%d", free_port());
     run_job(&job, rejoin_rank, codes);
     close(rejoin_pipe[0]);
     close(rejoin_pipe[1]);
@@ -1088,7 +1135,7 @@ START_TEST(test_rejoin_nobody_there)
     job_init(&job, 3, 10000);
     snprintf(job.addr, sizeof(job.addr), "127.0.0.1:%d,127.0.0.1:%d", free_port(),
              free_port());
-    ck_assert_int_eq(claim(&job, 1, 3, "t", 300), SHS_ERR_TIMEOUT);
+    ck_assert_int_eq(claim(&job, 1, 3, "t", 300, NULL), SHS_ERR_TIMEOUT);
 }
 END_TEST
 
@@ -1137,7 +1184,7 @@ Suite *bootstrap_suite(void)
     tcase_add_test(auth, test_wrong_token_refused_token_not_logged);
     tcase_add_test(auth, test_strangers_do_not_stall_the_job);
     tcase_add_test(auth, test_tampered_frame_refused);
-    tcase_add_test(auth, test_rejoin_refusals);
+    tcase_add_test(auth, test_rejoin);
     tcase_add_test(auth, test_rejoin_nobody_there);
     suite_add_tcase(s, auth);
     return s;
