@@ -263,6 +263,7 @@ static void endpoint_share(shs_ctx_t *ep, shs_ctx_t *ctx)
     ep->rd_resp = ctx->rd_resp;
     ep->post_batch = ctx->post_batch;
     ep->fork_gen = ctx->fork_gen;
+    ep->rejoined = ctx->rejoined;
 }
 
 shs_status_t shs_ctx_endpoint_create(shs_ctx_t *ctx, shs_ctx_t **ep_p)
@@ -276,21 +277,26 @@ shs_status_t shs_ctx_endpoint_create(shs_ctx_t *ctx, shs_ctx_t **ep_p)
     }
     if (shs__ctx_refused(ctx, "shs_ctx_endpoint_create"))
         return SHS_ERR_BAD_STATE;
-    if (ctx->rejoined) {
-        SHS_ERROR("shs_ctx_endpoint_create: this rank rejoined a running job, and endpoints "
-                  "are not connected again after a rejoin");
-        return SHS_ERR_UNSUPPORTED;
-    }
     shs_ctx_t *ep = calloc(1, sizeof(*ep));
     if (ep == NULL)
         return SHS_ERR_NO_MEMORY;
     atomic_init(&ep->device_failed, 0);
+    atomic_init(&ep->revive_pending, 0);
     endpoint_share(ep, ctx);
+    ep->ep_seq = ctx->ep_count;
     shs_status_t status = mesh_up(ep);
+    if (status == SHS_OK && ep->rejoined && (status = shs__rejoin_connect(ep)) != SHS_OK)
+        mesh_down(ep);
     if (status != SHS_OK) {
         free(ep);
         return status;
     }
+    /* listed, so that a rank that rejoins later can connect to it */
+    pthread_mutex_lock(&ctx->reg_lock);
+    ctx->ep_count++;
+    ep->ep_next = ctx->eps;
+    ctx->eps = ep;
+    pthread_mutex_unlock(&ctx->reg_lock);
     atomic_fetch_add(&ctx->endpoints, 1);
     SHS_INFO("endpoint of rank %d: %d connection(s) up", ep->rank, ep->nconns);
     *ep_p = ep;
@@ -302,6 +308,16 @@ static void endpoint_destroy(shs_ctx_t *ep)
     if (ep->live_regions != 0)
         SHS_WARN("endpoint destroyed with %d region(s) still registered; they are leaked",
                  ep->live_regions);
+    /* off the list first: the rejoin thread stages queue pairs on listed
+     * endpoints only, under the same lock */
+    shs_ctx_t *ctx = ep->parent;
+    pthread_mutex_lock(&ctx->reg_lock);
+    shs_ctx_t **pp = &ctx->eps;
+    while (*pp != NULL && *pp != ep)
+        pp = &(*pp)->ep_next;
+    if (*pp != NULL)
+        *pp = ep->ep_next;
+    pthread_mutex_unlock(&ctx->reg_lock);
     mesh_down(ep);
     atomic_fetch_sub(&ep->parent->endpoints, 1);
     free(ep);

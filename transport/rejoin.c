@@ -14,9 +14,11 @@
  * copy of the rejoiner's key is installed the same way; until then the
  * rejoiner's copy of a region is out of bounds here, not a failure.
  *
- * Endpoints are not connected again: a rejoined rank stays failed on every
- * endpoint made before it rejoined (transport.h, peer->gen). Connecting
- * needs SHS_CONNECT=oob on every rank.
+ * Endpoints are matched by creation order like regions: the rejoiner's
+ * endpoint k asks each living rank's endpoint k (ENDPOINT), installed at
+ * that endpoint's next poll; until then the rejoined rank counts failed
+ * there (transport.h, peer->gen). Connecting needs SHS_CONNECT=oob on every
+ * rank.
  */
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -27,8 +29,9 @@
 #include "runtime/log.h"
 #include "transport/transport.h"
 
-#define OP_CONNECT 1u
-#define OP_REGION 2u
+#define OP_CONNECT 1u   /* the context's queue pairs */
+#define OP_REGION 2u    /* one of the rejoiner's regions */
+#define OP_ENDPOINT 3u  /* an endpoint's queue pairs (by creation order) */
 #define REMOTE_LEN 24u   /* u64 addr, u64 len, u32 rkey, u32 flags */
 #define ENTRY_LEN 28u    /* u32 seq, remote */
 
@@ -111,9 +114,10 @@ static uint8_t *put_record(const shs_ctx_t *ctx, uint8_t *o, const shs__conn_t *
     return put_remote(o, &sm);
 }
 
+/* op, endpoint number, service address, message size, record */
 static size_t connect_len(const shs_ctx_t *ctx)
 {
-    return 4 + SHS_BOOT_ADDR_LEN + 8 + sizeof(shs__oob_hdr_t) +
+    return 4 + 4 + SHS_BOOT_ADDR_LEN + 8 + sizeof(shs__oob_hdr_t) +
            (size_t)ctx->cfg.qps_per_peer * sizeof(shs__oob_qp_t) + REMOTE_LEN;
 }
 
@@ -145,10 +149,13 @@ static void stage_destroy(shs__peer_t *peer, int qpp)
     }
 }
 
-/* Queue pairs towards a rejoiner, moved to RTS with its record; then the
- * reply (this rank's record, scratch, barrier count, regions). */
-static shs_status_t serve_connect(shs_ctx_t *ctx, int rank, const uint8_t *p, size_t len,
-                                  uint8_t *reply, size_t *reply_len, char *why, size_t wl)
+/* Queue pairs of ctx (a context or one of its endpoints) towards a
+ * rejoiner, moved to RTS with its record; then the reply (this rank's
+ * record, scratch, barrier count, regions). The address the rejoiner's
+ * service has goes to addr. */
+static shs_status_t stage_connect(shs_ctx_t *ctx, int rank, const uint8_t *p, size_t len,
+                                  uint8_t *reply, size_t *reply_len, char *addr, char *why,
+                                  size_t wl)
 {
     shs__peer_t *peer = &ctx->peers[rank];
     int qpp = ctx->cfg.qps_per_peer;
@@ -166,14 +173,13 @@ static shs_status_t serve_connect(shs_ctx_t *ctx, int rank, const uint8_t *p, si
         snprintf(why, wl, "an earlier rejoin of rank %d is still being installed", rank);
         return SHS_ERR_BAD_STATE;
     }
-    if (len != connect_len(ctx) - 4) {
+    if (len != connect_len(ctx) - 8) {
         snprintf(why, wl, "a connect request of %zu bytes, expected %zu (another "
-                 "SHS_QPS_PER_PEER?)", len + 4, connect_len(ctx));
+                 "SHS_QPS_PER_PEER?)", len + 8, connect_len(ctx));
         return SHS_ERR_SIZE_MISMATCH;
     }
-    char addr[SHS_BOOT_ADDR_LEN];
-    memcpy(addr, p, sizeof(addr));
-    addr[sizeof(addr) - 1] = '\0';
+    memcpy(addr, p, SHS_BOOT_ADDR_LEN);
+    addr[SHS_BOOT_ADDR_LEN - 1] = '\0';
     p += SHS_BOOT_ADDR_LEN;
     uint64_t msg_size = get64(&p);
     if (msg_size != ctx->cfg.msg_size) {
@@ -212,7 +218,6 @@ static shs_status_t serve_connect(shs_ctx_t *ctx, int rank, const uint8_t *p, si
         return st;
     }
     peer->stage_scratch = scratch;
-    shs__boot_serve_set_addr(ctx->serve, rank, addr);
 
     /* the reply: record, scratch, barrier count, regions */
     uint8_t *o = reply;
@@ -234,9 +239,56 @@ static shs_status_t serve_connect(shs_ctx_t *ctx, int rank, const uint8_t *p, si
     put32(count, n);
     *reply_len = (size_t)(o - reply);
     atomic_store(&peer->revive, SHS__REVIVE_STAGED);
-    atomic_store(&ctx->revive_pending, 1);
-    SHS_INFO("rank %d is rejoining: %d queue pair(s) to it are ready", rank, qpp);
     return SHS_OK;
+}
+
+static shs_status_t serve_connect(shs_ctx_t *ctx, int rank, const uint8_t *p, size_t len,
+                                  uint8_t *reply, size_t *reply_len, char *why, size_t wl)
+{
+    char addr[SHS_BOOT_ADDR_LEN];
+    shs_status_t st = stage_connect(ctx, rank, p, len, reply, reply_len, addr, why, wl);
+    if (st != SHS_OK)
+        return st;
+    shs__boot_serve_set_addr(ctx->serve, rank, addr);
+    /* a new incarnation: the endpoints' queue pairs to the old one are dead
+     * (shs__peer_is_failed), until each endpoint is connected again */
+    atomic_fetch_add(&ctx->peers[rank].gen, 1);
+    atomic_store(&ctx->revive_pending, 1);
+    SHS_INFO("rank %d is rejoining: its queue pair(s) are ready here", rank);
+    return SHS_OK;
+}
+
+/* The rejoiner's endpoint number seq: this rank's endpoint of that
+ * creation order takes it (under the lock, so it cannot be destroyed
+ * meanwhile). */
+static shs_status_t serve_endpoint(shs_ctx_t *ctx, int rank, uint32_t seq, const uint8_t *p,
+                                   size_t len, uint8_t *reply, size_t *reply_len, char *why,
+                                   size_t wl)
+{
+    char addr[SHS_BOOT_ADDR_LEN];
+    shs_status_t st;
+    pthread_mutex_lock(&ctx->reg_lock);
+    shs_ctx_t *ep = ctx->eps;
+    while (ep != NULL && ep->ep_seq != seq)
+        ep = ep->ep_next;
+    if (ep == NULL) {
+        snprintf(why, wl, "rank %d has no endpoint #%u (made after start-up, or destroyed): a "
+                 "rejoined rank must make its endpoints in the order the job made them",
+                 ctx->rank, seq);
+        st = SHS_ERR_CONFIG;
+    } else if (atomic_load(&ctx->peers[rank].revive) != SHS__REVIVE_IDLE ||
+               shs__peer_is_failed(&ctx->peers[rank])) {
+        snprintf(why, wl, "rank %d has not taken rank %d back yet", ctx->rank, rank);
+        st = SHS_ERR_BAD_STATE;
+    } else {
+        st = stage_connect(ep, rank, p, len, reply, reply_len, addr, why, wl);
+        if (st == SHS_OK) {
+            ep->peers[rank].stage_gen = atomic_load(&ctx->peers[rank].gen);
+            atomic_store(&ep->revive_pending, 1);
+        }
+    }
+    pthread_mutex_unlock(&ctx->reg_lock);
+    return st;
 }
 
 /* A rejoiner's key for one of its regions, installed at the next poll. */
@@ -282,8 +334,16 @@ static shs_status_t ctx_request(void *arg, int rank, const void *req, size_t len
         return SHS_ERR_PROTOCOL;
     }
     uint32_t op = get32(&p);
+    if ((op == OP_CONNECT || op == OP_ENDPOINT) && len < 8) {
+        snprintf(why, why_len, "a connect request of %zu bytes", len);
+        return SHS_ERR_PROTOCOL;
+    }
     if (op == OP_CONNECT)
-        return serve_connect(ctx, rank, p, len - 4, reply, reply_len, why, why_len);
+        return serve_connect(ctx, rank, p + 4, len - 8, reply, reply_len, why, why_len);
+    if (op == OP_ENDPOINT) {
+        uint32_t seq = get32(&p);
+        return serve_endpoint(ctx, rank, seq, p, len - 8, reply, reply_len, why, why_len);
+    }
     if (op == OP_REGION) {
         *reply_len = 0;
         return serve_region(ctx, rank, p, len - 4, why, why_len);
@@ -339,10 +399,11 @@ static shs_status_t connect_one(shs_ctx_t *ctx, int s, uint8_t *req, uint64_t *b
 {
     shs__peer_t *peer = &ctx->peers[s];
     int qpp = ctx->cfg.qps_per_peer;
-    uint8_t *o = put32(req, OP_CONNECT);
+    /* an endpoint's service address is its context's */
+    const shs__boot_serve_t *serve = ctx->parent != NULL ? ctx->parent->serve : ctx->serve;
+    uint8_t *o = put32(put32(req, ctx->parent != NULL ? OP_ENDPOINT : OP_CONNECT), ctx->ep_seq);
     memset(o, 0, SHS_BOOT_ADDR_LEN);
-    snprintf((char *)o, SHS_BOOT_ADDR_LEN, "%s",
-             ctx->serve != NULL ? shs__boot_serve_addr(ctx->serve) : "");
+    snprintf((char *)o, SHS_BOOT_ADDR_LEN, "%s", serve != NULL ? shs__boot_serve_addr(serve) : "");
     o = put64(o + SHS_BOOT_ADDR_LEN, ctx->cfg.msg_size);
     o = put_record(ctx, o, peer->conns);
 
@@ -419,9 +480,11 @@ shs_status_t shs__rejoin_connect(shs_ctx_t *ctx)
         shs__peer_t *peer = &ctx->peers[s];
         if (s == ctx->rank)
             continue;
-        if (!shs__boot_dir_alive(ctx->boot, s)) {
+        bool alive = ctx->parent != NULL ? !shs__peer_is_failed(&ctx->parent->peers[s])
+                                          : shs__boot_dir_alive(ctx->boot, s);
+        if (!alive) {
             shs__peer_fail_at(SHS_LOG_LVL_INFO, peer, SHS_ERR_PEER_FAILED,
-                              "not alive in the job this rank rejoined (the rendezvous' view)");
+                              "not alive in the job this rank rejoined");
             continue;
         }
         for (int q = 0; q < qpp && st == SHS_OK; q++) {
@@ -446,8 +509,8 @@ shs_status_t shs__rejoin_connect(shs_ctx_t *ctx)
     if (st != SHS_OK)
         return st;
     ctx->bar_epoch = bar;
-    SHS_INFO("rank %d rejoined the running job: connected to %d living rank(s)", ctx->rank,
-             joined);
+    SHS_INFO("rank %d rejoined the running job: %s connected to %d living rank(s)",
+             ctx->rank, ctx->parent != NULL ? "an endpoint" : "its context", joined);
     return SHS_OK;
 }
 
@@ -520,15 +583,20 @@ static void install_peer(shs_ctx_t *ctx, shs__peer_t *peer)
     peer->msg_head = peer->msg_tail = 0;
     peer->rr = 0;
     ctx->scratch_remote[peer->rank] = peer->stage_scratch;
-    /* its copies of the regions are unknown until it announces them */
-    pthread_mutex_lock(&ctx->reg_lock);
-    for (shs_region_t *r = ctx->regions; r != NULL; r = r->next)
-        memset(&r->remote[peer->rank], 0, sizeof(r->remote[peer->rank]));
-    pthread_mutex_unlock(&ctx->reg_lock);
+    /* its copies of the regions (a context's) are unknown until it
+     * announces them */
+    if (ctx->parent == NULL) {
+        pthread_mutex_lock(&ctx->reg_lock);
+        for (shs_region_t *r = ctx->regions; r != NULL; r = r->next)
+            memset(&r->remote[peer->rank], 0, sizeof(r->remote[peer->rank]));
+        pthread_mutex_unlock(&ctx->reg_lock);
+    }
     peer->fail_reported = false;
     peer->fail_status = SHS_OK;
     peer->reason[0] = '\0';
-    unsigned gen = atomic_fetch_add(&peer->gen, 1) + 1;
+    if (peer->up != NULL) /* an endpoint's: made for the incarnation its context took */
+        peer->up_gen = peer->stage_gen;
+    unsigned gen = peer->up != NULL ? peer->up_gen : atomic_load(&peer->gen);
     atomic_flag_clear(&peer->claimed);
     atomic_store_explicit(&peer->failed, 0, memory_order_release);
     shs_status_t st = SHS_OK;
@@ -537,7 +605,8 @@ static void install_peer(shs_ctx_t *ctx, shs__peer_t *peer)
     if (st != SHS_OK)
         shs__peer_fail(peer, st, "could not post receives to it after it rejoined");
     atomic_store(&peer->revive, SHS__REVIVE_IDLE);
-    SHS_INFO("peer %d rejoined (incarnation %u)", peer->rank, gen);
+    SHS_INFO("peer %d rejoined%s (incarnation %u)", peer->rank,
+             peer->up != NULL ? " on an endpoint" : "", gen);
 }
 
 void shs__rejoin_install(shs_ctx_t *ctx)
@@ -546,6 +615,8 @@ void shs__rejoin_install(shs_ctx_t *ctx)
     for (int p = 0; p < ctx->size; p++)
         if (p != ctx->rank && atomic_load(&ctx->peers[p].revive) == SHS__REVIVE_STAGED)
             install_peer(ctx, &ctx->peers[p]);
+    if (ctx->parent != NULL)
+        return; /* regions are the context's */
     pthread_mutex_lock(&ctx->reg_lock);
     for (size_t i = 0; i < ctx->reg_nstage; i++) {
         const shs__reg_stage_t *e = &ctx->reg_stage[i];

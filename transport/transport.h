@@ -155,9 +155,9 @@ typedef struct shs__peer {
      * context) */
     struct shs__peer *up;
     /* incarnations: a context's peer counts the times it rejoined; an
-     * endpoint's peer remembers the count its queue pairs were made for
-     * (an endpoint's mesh is not re-made: a rejoined rank stays failed on
-     * it) */
+     * endpoint's peer remembers the count its queue pairs were made for (a
+     * rejoined rank counts failed on an endpoint until that endpoint is
+     * connected to it again) */
     atomic_uint gen;
     unsigned up_gen;
     /* a rejoiner's queue pairs, made by the rejoin thread (rejoin.c), that
@@ -165,6 +165,7 @@ typedef struct shs__peer {
     atomic_int revive;
     struct shs__conn *stage;  /* qps_per_peer */
     shs__remote_t stage_scratch;
+    unsigned stage_gen;       /* an endpoint's: the context peer's incarnation */
     shs__conn_t *conns;       /* qps_per_peer */
     unsigned rr;              /* next connection for round robin */
     /* received immediates not yet taken; the receive is reposted on take */
@@ -253,7 +254,11 @@ struct shs_ctx {
     /* rejoins (rejoin.c) */
     bool rejoined;            /* this process rejoined a running job */
     atomic_int revive_pending; /* a rejoiner's queue pairs or regions wait to be installed */
-    pthread_mutex_t reg_lock; /* regions, reg_stage */
+    pthread_mutex_t reg_lock; /* regions, reg_stage, endpoints */
+    shs_ctx_t *eps;           /* a context's endpoints, newest first */
+    shs_ctx_t *ep_next;       /* an endpoint: the next one of its context */
+    uint32_t ep_seq;          /* an endpoint: creation order on its context */
+    uint32_t ep_count;        /* a context: endpoints created so far */
     shs_region_t *regions;    /* every region of the context, newest first */
     uint32_t region_seq;      /* regions created so far */
     struct shs__reg_stage *reg_stage; /* rejoiners' regions not installed yet */
@@ -385,7 +390,9 @@ shs_status_t shs__oob_qp_to_rtr_rts(shs_ctx_t *ctx, shs__conn_t *conn, const shs
  * (collective at start-up; a rejoiner takes the rendezvous' directory). */
 shs_status_t shs__rejoin_serve_start(shs_ctx_t *ctx);
 /* A rejoiner: connect to every rank alive in the directory (instead of
- * the start-up connect and scratch exchange). */
+ * the start-up connect and scratch exchange); an endpoint of a rejoiner:
+ * to every rank its context counts alive, whose endpoint of the same
+ * creation order takes it. */
 shs_status_t shs__rejoin_connect(shs_ctx_t *ctx);
 /* On the thread that drives ctx: put staged queue pairs and regions of
  * rejoined ranks to use (shs__poll calls it when revive_pending). */

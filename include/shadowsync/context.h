@@ -145,10 +145,11 @@ typedef struct shs_ctx_params {
  * region the others do not have), are not collective for the rejoined
  * rank, and a living rank's copy of the rejoiner's region is out of bounds
  * until the rejoiner has created it. Its first shs_ctx_barrier pairs with
- * the first barrier the others enter after taking it back. Endpoints, and
- * what needs them (the shadow engine) or the bootstrap collectives
- * (collectives, embedding tables), are not available to or towards a
- * rejoined rank yet (docs/failures.md).
+ * the first barrier the others enter after taking it back. Endpoints are
+ * matched by creation order like regions (a living rank's endpoint takes
+ * the rejoiner back at that endpoint's next poll). What is collective over
+ * the bootstrap (collectives, shadow engines, embedding tables) is not
+ * available to a rejoined rank yet (docs/failures.md).
  */
 SHS_API shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p);
 

@@ -512,8 +512,9 @@ static void talk(shs_ctx_t *ctx, shs_region_t *buf, int a, int b, unsigned tag)
 #define RJ_IMM 4032  /* the immediates' 8 bytes, away from the checked ones */
 
 /* Ranks 0, 1 and the rejoined rank 2 move data every way: a write into the
- * next rank's buffer, a read of its own pattern, an immediate around. */
-static void rejoined_talk(shs_ctx_t *ctx, shs_region_t *buf)
+ * next rank's buffer, a read of its own pattern, an immediate around, and
+ * a read on the endpoint each made at start-up (the rejoiner: after). */
+static void rejoined_talk(shs_ctx_t *ctx, shs_ctx_t *ep, shs_region_t *buf)
 {
     int me = shs_ctx_rank(ctx), next = (me + 1) % 3, prev = (me + 2) % 3;
     uint8_t *b = shs_region_addr(buf);
@@ -533,7 +534,24 @@ static void rejoined_talk(shs_ctx_t *ctx, shs_region_t *buf)
         fail("immediate %u from rank %d after the rejoin", imm, prev);
     CHECK_OK(shs_ctx_barrier(ctx));
     verify(b, (size_t)prev * 64, 64, prev, 0, "write after the rejoin");
+    memset(b + RJ_READ, 0, 64);
+    CHECK_OK(shs_read(ep, prev, buf, RJ_READ, buf, RJ_OWN, 64, SHS_OP_SIGNAL));
+    CHECK_OK(shs_flush(ep, prev, SHS_TIMEOUT_DEFAULT));
+    verify(b, RJ_READ, 64, prev, 0, "read on an endpoint after the rejoin");
     CHECK_OK(shs_ctx_barrier(ctx));
+}
+
+/* Drive ctx until it counts rank `who` alive again. */
+static void wait_back(shs_ctx_t *ctx, int who, const char *what)
+{
+    double t0 = now_s();
+    while (shs_ctx_peer_status(ctx, who, NULL) != SHS_OK) {
+        if (now_s() - t0 > 60)
+            fail("rank %d did not rejoin %s within 60 s", who, what);
+        CHECK_OK(shs_progress(ctx));
+        usleep(1000);
+    }
+    printf("rank %d: rank %d is back on %s after %.2f s\n", g_rank, who, what, now_s() - t0);
 }
 
 /* After rank 0 is killed: ranks 1 and 2 go on; rank 1 is the rendezvous
@@ -563,9 +581,13 @@ static int rejoiner(void)
     /* the job's regions, in the order it made them */
     CHECK_OK(shs_region_alloc(ctx, 4096, SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_WRITE |
                                              SHS_ACCESS_REMOTE_READ, &buf));
+    shs_ctx_t *ep;
+    CHECK_OK(shs_ctx_endpoint_create(ctx, &ep));
+    CHECK_EQ(shs_ctx_peer_status(ep, 0, NULL), SHS_OK);
     printf("rank %d: rejoined in %.2f s\n", g_rank, now_s() - t0);
-    rejoined_talk(ctx, buf);
+    rejoined_talk(ctx, ep, buf);
     without_rank0(ctx, buf, getenv("SHS_JOB_TOKEN"));
+    shs_ctx_destroy(ep);
     shs_region_destroy(buf);
     shs_ctx_destroy(ctx);
     return RC_OK;
@@ -605,6 +627,8 @@ static void case_rejoin(shs_ctx_t *ctx)
 
     CHECK_OK(shs_region_alloc(ctx, 4096, SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_WRITE |
                                              SHS_ACCESS_REMOTE_READ, &buf));
+    shs_ctx_t *ep;
+    CHECK_OK(shs_ctx_endpoint_create(ctx, &ep));
     CHECK_OK(shs_ctx_barrier(ctx));
     if (me == 2) {
         usleep(300 * 1000);
@@ -620,19 +644,16 @@ static void case_rejoin(shs_ctx_t *ctx)
         if (me == 1)
             claim(2, token, SHS_ERR_UNSUPPORTED);
         talk(ctx, buf, 0, 1, 200u);
+        shs_ctx_destroy(ep);
         shs_region_destroy(buf);
         return;
     }
     pid_t rj = me == 1 ? spawn_rejoiner(2, token) : -1;
-    double t0 = now_s();
-    while (shs_ctx_peer_status(ctx, 2, NULL) != SHS_OK) {
-        if (now_s() - t0 > 60)
-            fail("rank 2 did not rejoin within 60 s");
-        CHECK_OK(shs_progress(ctx));
-        usleep(1000);
-    }
-    printf("rank %d: rank 2 is back after %.2f s\n", me, now_s() - t0);
-    rejoined_talk(ctx, buf);
+    wait_back(ctx, 2, "the context");
+    /* the endpoint's mesh to the old rank 2 is dead; the new one comes
+     * when the rejoiner makes its endpoint */
+    wait_back(ep, 2, "the endpoint");
+    rejoined_talk(ctx, ep, buf);
     if (me == 0) {
         usleep(300 * 1000);
         raise(SIGKILL);
@@ -641,6 +662,7 @@ static void case_rejoin(shs_ctx_t *ctx)
     int status;
     if (waitpid(rj, &status, 0) != rj || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
         fail("the rejoined rank 2 failed");
+    shs_ctx_destroy(ep);
     shs_region_destroy(buf);
 }
 
