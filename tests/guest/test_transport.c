@@ -25,6 +25,9 @@
  *             started again rejoins (oob: writes, reads and immediates
  *             among all three; rdmacm: refused as unsupported); rank 0
  *             killed, rank 1 answers as the rendezvous
+ *   rejoin-cycles  rank 2 killed and started again 10 times, moving data
+ *             each time: the survivors' queue pairs, registered regions and
+ *             descriptors the same before and after
  *   msg       two-sided messages (SHS_MSG_SIZE 4096): 0..4096 bytes in order
  *             and byte for byte, mixed with immediates, buffers given back
  *             out of order, SHS_PEER_ANY, local refusals
@@ -586,11 +589,60 @@ static int rejoiner(void)
     CHECK_EQ(shs_ctx_peer_status(ep, 0, NULL), SHS_OK);
     printf("rank %d: rejoined in %.2f s\n", g_rank, now_s() - t0);
     rejoined_talk(ctx, ep, buf);
+    if (getenv("SHS_TEST_CYCLE") != NULL) {
+        /* rejoin-cycles: die again, to be started again */
+        fflush(stdout);
+        usleep(300 * 1000);
+        raise(SIGKILL);
+    }
     without_rank0(ctx, buf, getenv("SHS_JOB_TOKEN"));
     shs_ctx_destroy(ep);
     shs_region_destroy(buf);
     shs_ctx_destroy(ctx);
     return RC_OK;
+}
+
+/* This process's queue pairs or registered regions (`what`: qp, mr) as
+ * the rdma tool lists them (by the thread that made them: the context's,
+ * or the rejoin listener's); -1 when it cannot tell. */
+static int count_res(const char *what)
+{
+    char cmd[96], line[512];
+    int tids[16], ntid = 0;
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *de;
+    while (d != NULL && (de = readdir(d)) != NULL && ntid < 16)
+        if (de->d_name[0] != '.')
+            tids[ntid++] = atoi(de->d_name);
+    if (d != NULL)
+        closedir(d);
+    snprintf(cmd, sizeof(cmd), "rdma resource show %s 2>/dev/null", what);
+    FILE *f = popen(cmd, "r");
+    if (f == NULL)
+        return -1;
+    int n = 0, lines = 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        const char *p = strstr(line, " pid ");
+        lines++;
+        for (int i = 0; p != NULL && i < ntid; i++)
+            if (atoi(p + 5) == tids[i]) {
+                n++;
+                break;
+            }
+    }
+    return pclose(f) == 0 && lines > 0 ? n : -1;
+}
+
+static int count_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return -1;
+    while (readdir(d) != NULL)
+        n++;
+    closedir(d);
+    return n;
 }
 
 static pid_t spawn_rejoiner(int rank, const char *token)
@@ -609,6 +661,56 @@ static pid_t spawn_rejoiner(int rank, const char *token)
         _exit(RC_FAIL);
     }
     return pid;
+}
+
+#define RJ_CYCLES 10
+
+/* Rank 2 is killed and started again RJ_CYCLES times; each time it moves
+ * data with ranks 0 and 1 (rejoined_talk), then dies again. The survivors'
+ * queue pairs, registered regions and descriptors are the same before the
+ * first cycle and after the last (each counted with rank 2 dead). */
+static void case_rejoin_cycles(shs_ctx_t *ctx)
+{
+    int me = shs_ctx_rank(ctx);
+    const char *token = getenv("SHS_JOB_TOKEN");
+    shs_region_t *buf;
+    shs_ctx_t *ep;
+
+    CHECK_OK(shs_region_alloc(ctx, 4096, SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_WRITE |
+                                             SHS_ACCESS_REMOTE_READ, &buf));
+    CHECK_OK(shs_ctx_endpoint_create(ctx, &ep));
+    CHECK_OK(shs_ctx_barrier(ctx));
+    if (me == 2) {
+        usleep(300 * 1000);
+        raise(SIGKILL);
+    }
+    CHECK_OK(shs_ctx_barrier(ctx));
+    CHECK_EQ(shs_ctx_peer_status(ctx, 2, NULL), SHS_ERR_PEER_FAILED);
+    int qp0 = count_res("qp"), mr0 = count_res("mr"), fd0 = count_fds();
+    setenv("SHS_TEST_CYCLE", "1", 1);
+    double t0 = now_s();
+    for (int k = 0; k < RJ_CYCLES; k++) {
+        pid_t rj = me == 1 ? spawn_rejoiner(2, token) : -1;
+        wait_back(ctx, 2, "the context");
+        wait_back(ep, 2, "the endpoint");
+        rejoined_talk(ctx, ep, buf);
+        /* it dies again: the barrier goes on without it */
+        CHECK_OK(shs_ctx_barrier(ctx));
+        CHECK_EQ(shs_ctx_peer_status(ctx, 2, NULL), SHS_ERR_PEER_FAILED);
+        int status;
+        if (me == 1 && (waitpid(rj, &status, 0) != rj || !WIFSIGNALED(status) ||
+                        WTERMSIG(status) != SIGKILL))
+            fail("rejoiner %d did not end as planned", k);
+    }
+    int qp1 = count_res("qp"), mr1 = count_res("mr"), fd1 = count_fds();
+    printf("rank %d: %d kill/rejoin cycles of rank 2 in %.1f s; queue pairs %d -> %d, "
+           "registered regions %d -> %d, descriptors %d -> %d\n", me, RJ_CYCLES,
+           now_s() - t0, qp0, qp1, mr0, mr1, fd0, fd1);
+    if (qp0 != qp1 || mr0 != mr1 || fd0 != fd1)
+        fail("resources leaked over %d rejoins", RJ_CYCLES);
+    CHECK_OK(shs_ctx_barrier(ctx));
+    shs_ctx_destroy(ep);
+    shs_region_destroy(buf);
 }
 
 /* Rank 2 is killed; claimants at rank 0's rendezvous are refused (a wrong
@@ -803,9 +905,11 @@ static int child(const char *which)
         case_endpoint(ctx);
     else if (strcmp(which, "rejoin") == 0)
         case_rejoin(ctx);
+    else if (strcmp(which, "rejoin-cycles") == 0)
+        case_rejoin_cycles(ctx);
     else
         fail("unknown case %s", which);
-    if (strncmp(which, "kill", 4) != 0 && strcmp(which, "rejoin") != 0)
+    if (strncmp(which, "kill", 4) != 0 && strncmp(which, "rejoin", 6) != 0)
         CHECK_OK(shs_ctx_barrier(ctx));
     shs_ctx_destroy(ctx);
     return RC_OK;
@@ -853,12 +957,12 @@ int main(int argc, char **argv)
     if (argc == 2 && strcmp(argv[1], "--rejoiner") == 0)
         return rejoiner();
     if (argc < 3 || argc > 4) {
-        fprintf(stderr, "usage: %s basic|mismatch|token|kill|kill-root|rejoin|msg|endpoint NRANKS [oob|rdmacm]\n", argv[0]);
+        fprintf(stderr, "usage: %s basic|mismatch|token|kill|kill-root|rejoin|rejoin-cycles|msg|endpoint NRANKS [oob|rdmacm]\n", argv[0]);
         return RC_FAIL;
     }
     const char *which = argv[1];
     int n = atoi(argv[2]);
-    bool rejoin_case = strcmp(which, "rejoin") == 0;
+    bool rejoin_case = strncmp(which, "rejoin", 6) == 0;
     bool kill_case = strncmp(which, "kill", 4) == 0 || rejoin_case;
     if (n < 2 || n > 64 || (kill_case && n < 3))
         return fprintf(stderr, "bad rank count %d\n", n), RC_FAIL;
