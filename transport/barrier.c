@@ -83,13 +83,28 @@ static shs_status_t skewed(const shs_ctx_t *ctx, uint64_t e, int p)
     return SHS_ERR_PROTOCOL;
 }
 
+static shs_status_t meet(shs_ctx_t *ctx, uint64_t e);
+
 shs_status_t shs__mesh_barrier(shs_ctx_t *ctx)
 {
-    /* a rejoiner staged since the last poll takes part in this barrier */
+    /* a rejoiner staged before this barrier takes part in it; one staged
+     * after waits for the next (it read bar_epoch under the same lock) */
+    pthread_mutex_lock(&ctx->bar_lock);
     if (atomic_load_explicit(&ctx->revive_pending, memory_order_acquire))
         shs__rejoin_install(ctx);
-    /* read by the rejoin thread for a rejoiner's first barrier */
     uint64_t e = __atomic_add_fetch(&ctx->bar_epoch, 1, __ATOMIC_RELAXED);
+    ctx->in_barrier = true;
+    pthread_mutex_unlock(&ctx->bar_lock);
+    shs_status_t st = meet(ctx, e);
+    ctx->in_barrier = false;
+    /* a rejoiner's regions announced before it arrived are in use after */
+    if (st == SHS_OK && atomic_load_explicit(&ctx->revive_pending, memory_order_acquire))
+        shs__rejoin_install(ctx);
+    return st;
+}
+
+static shs_status_t meet(shs_ctx_t *ctx, uint64_t e)
+{
     int p = ahead(ctx, e, true);
     if (p >= 0)
         return skewed(ctx, e, p);
@@ -130,10 +145,5 @@ shs_status_t shs__mesh_barrier(shs_ctx_t *ctx)
         }
     }
     p = ahead(ctx, e, false);
-    if (p >= 0)
-        return skewed(ctx, e, p);
-    /* a rejoiner's regions announced before it arrived are in use after */
-    if (atomic_load_explicit(&ctx->revive_pending, memory_order_acquire))
-        shs__rejoin_install(ctx);
-    return SHS_OK;
+    return p >= 0 ? skewed(ctx, e, p) : SHS_OK;
 }

@@ -87,7 +87,11 @@ shs_status_t shs__oob_qp_to_rtr_rts(shs_ctx_t *ctx, shs__conn_t *conn, const oob
     attr.qp_state = IBV_QPS_RTS;
     attr.timeout = (uint8_t)ctx->cfg.qp_timeout;
     attr.retry_cnt = (uint8_t)ctx->cfg.qp_retry_cnt;
-    attr.rnr_retry = (uint8_t)ctx->cfg.qp_rnr_retry;
+    /* a rejoiner's queue pairs retry receiver-not-ready without end (7): a
+     * living rank posts its receives for them when it installs them, at its
+     * next poll, and until then a message must wait, not fail the rank (the
+     * wait for its completion is still bounded by SHS_OP_TIMEOUT_MS) */
+    attr.rnr_retry = (uint8_t)(ctx->rejoined ? 7 : ctx->cfg.qp_rnr_retry);
     attr.sq_psn = conn->psn;
     /* issue as many READs as the peer accepts, within our limit */
     attr.max_rd_atomic = (uint8_t)(r_rd_resp < ctx->rd_atom ? r_rd_resp : ctx->rd_atom);

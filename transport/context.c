@@ -170,6 +170,7 @@ shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p)
     atomic_init(&ctx->device_failed, 0);
     atomic_init(&ctx->revive_pending, 0);
     pthread_mutex_init(&ctx->reg_lock, NULL);
+    pthread_mutex_init(&ctx->bar_lock, NULL);
     ctx->fork_gen = shs__fork_guard();
 
     status = shs__config_load(&ctx->cfg);
@@ -224,6 +225,7 @@ err_destroy_boot:
     shs__boot_destroy(ctx->boot);
 err_free_ctx:
     pthread_mutex_destroy(&ctx->reg_lock);
+    pthread_mutex_destroy(&ctx->bar_lock);
     free(ctx);
     return status;
 }
@@ -369,6 +371,7 @@ void shs_ctx_destroy(shs_ctx_t *ctx)
         shs__device_close(ctx);
     shs__boot_destroy(ctx->boot);
     pthread_mutex_destroy(&ctx->reg_lock);
+    pthread_mutex_destroy(&ctx->bar_lock);
     free(ctx);
 }
 

@@ -42,6 +42,7 @@ typedef struct shs__reg_entry {
 
 typedef struct shs__reg_stage {
     int rank;
+    unsigned gen;  /* the rejoiner's incarnation that announced it */
     uint32_t seq;
     shs__remote_t remote;
 } shs__reg_stage_t;
@@ -164,11 +165,6 @@ static shs_status_t stage_connect(shs_ctx_t *ctx, int rank, const uint8_t *p, si
                  "every rank", ctx->rank);
         return SHS_ERR_UNSUPPORTED;
     }
-    if (!shs__peer_is_failed(peer)) {
-        snprintf(why, wl, "rank %d is alive for rank %d (its failure is not seen here yet)",
-                 rank, ctx->rank);
-        return SHS_ERR_BAD_STATE;
-    }
     if (atomic_load(&peer->revive) != SHS__REVIVE_IDLE) {
         snprintf(why, wl, "an earlier rejoin of rank %d is still being installed", rank);
         return SHS_ERR_BAD_STATE;
@@ -190,6 +186,7 @@ static shs_status_t stage_connect(shs_ctx_t *ctx, int rank, const uint8_t *p, si
     shs__oob_hdr_t rh;
     memcpy(&rh, p, sizeof(rh));
     p += sizeof(rh);
+    shs__gid_to_string(rh.gid, peer->stage_addr, sizeof(peer->stage_addr));
     const uint8_t *rq = p;
     p += (size_t)qpp * sizeof(shs__oob_qp_t);
     shs__remote_t scratch = get_remote(&p);
@@ -224,21 +221,45 @@ static shs_status_t stage_connect(shs_ctx_t *ctx, int rank, const uint8_t *p, si
     size_t fixed = sizeof(shs__oob_hdr_t) + (size_t)qpp * sizeof(shs__oob_qp_t) + REMOTE_LEN +
                    8 + 4;
     o = put_record(ctx, o, peer->stage);
-    o = put64(o, __atomic_load_n(&ctx->bar_epoch, __ATOMIC_RELAXED));
+    uint8_t *bar = o;
+    o += 8;
     uint8_t *count = o;
     o += 4;
     uint32_t n = 0;
-    pthread_mutex_lock(&ctx->reg_lock);
-    for (const shs_region_t *r = ctx->regions; r != NULL; r = r->next) {
-        if (fixed + (size_t)(n + 1) * ENTRY_LEN > *reply_len)
-            break;
-        o = put_remote(put32(o, r->seq), &r->remote[ctx->rank]);
-        n++;
+    bool full = false;
+    if (ctx->parent == NULL) { /* an endpoint has no regions of its own */
+        pthread_mutex_lock(&ctx->reg_lock);
+        for (const shs_region_t *r = ctx->regions; r != NULL && !full; r = r->next) {
+            full = fixed + (size_t)(n + 1) * ENTRY_LEN > *reply_len;
+            if (!full) {
+                o = put_remote(put32(o, r->seq), &r->remote[ctx->rank]);
+                n++;
+            }
+        }
+        pthread_mutex_unlock(&ctx->reg_lock);
     }
-    pthread_mutex_unlock(&ctx->reg_lock);
+    if (full) {
+        stage_destroy(peer, qpp);
+        snprintf(why, wl, "rank %d has more regions than one reply holds", ctx->rank);
+        return SHS_ERR_NO_RESOURCE;
+    }
     put32(count, n);
     *reply_len = (size_t)(o - reply);
+    if (ctx->parent != NULL) {
+        put64(bar, 0); /* endpoints have no barrier */
+        atomic_store(&peer->revive, SHS__REVIVE_STAGED);
+        return SHS_OK;
+    }
+    /* the rejoiner's first barrier is the first this rank enters after
+     * installing it: staged and counted under the barrier's lock, and its
+     * arrival word cleared (the old incarnation may have been a barrier
+     * ahead when it died) */
+    pthread_mutex_lock(&ctx->bar_lock);
+    put64(bar, __atomic_load_n(&ctx->bar_epoch, __ATOMIC_RELAXED));
+    __atomic_store_n((uint64_t *)((char *)ctx->scratch + SHS__SCRATCH_ARRIVE +
+                                  (size_t)rank * 8), 0, __ATOMIC_RELEASE);
     atomic_store(&peer->revive, SHS__REVIVE_STAGED);
+    pthread_mutex_unlock(&ctx->bar_lock);
     return SHS_OK;
 }
 
@@ -246,6 +267,13 @@ static shs_status_t serve_connect(shs_ctx_t *ctx, int rank, const uint8_t *p, si
                                   uint8_t *reply, size_t *reply_len, char *why, size_t wl)
 {
     char addr[SHS_BOOT_ADDR_LEN];
+    /* the rendezvous admitted a new process for this rank: the old one is
+     * gone, whether or not this rank has seen it go (out of band, a failure
+     * shows only when traffic meets it) */
+    if (!shs__peer_is_failed(&ctx->peers[rank]))
+        shs__peer_fail_at(SHS_LOG_LVL_INFO, &ctx->peers[rank], SHS_ERR_PEER_FAILED,
+                          "a new process of rank %d connected (it rejoined): the old one is "
+                          "gone", rank);
     shs_status_t st = stage_connect(ctx, rank, p, len, reply, reply_len, addr, why, wl);
     if (st != SHS_OK)
         return st;
@@ -304,7 +332,7 @@ static shs_status_t serve_region(shs_ctx_t *ctx, int rank, const uint8_t *p, siz
         snprintf(why, wl, "rank %d has not connected to rank %d", rank, ctx->rank);
         return SHS_ERR_BAD_STATE;
     }
-    shs__reg_stage_t e = {.rank = rank};
+    shs__reg_stage_t e = {.rank = rank, .gen = atomic_load(&peer->gen)};
     e.seq = get32(&p);
     e.remote = get_remote(&p);
     pthread_mutex_lock(&ctx->reg_lock);
@@ -375,24 +403,34 @@ shs_status_t shs__rejoin_serve_start(shs_ctx_t *ctx)
     char mine[SHS_BOOT_ADDR_LEN] = {0};
     snprintf(mine, sizeof(mine), "%s", shs__boot_serve_addr(ctx->serve));
     char *all = calloc((size_t)ctx->size, SHS_BOOT_ADDR_LEN);
-    if (all == NULL)
+    if (all == NULL) {
+        shs__boot_serve_stop(ctx->serve);
+        ctx->serve = NULL;
         return SHS_ERR_NO_MEMORY;
+    }
     st = shs__boot_allgather(ctx->boot, mine, sizeof(mine), all);
     for (int r = 0; st == SHS_OK && r < ctx->size; r++) {
         all[(size_t)r * SHS_BOOT_ADDR_LEN + SHS_BOOT_ADDR_LEN - 1] = '\0';
         shs__boot_serve_set_addr(ctx->serve, r, all + (size_t)r * SHS_BOOT_ADDR_LEN);
     }
     free(all);
+    if (st != SHS_OK) {
+        /* the caller unwinds what came before; the thread is this call's */
+        shs__boot_serve_stop(ctx->serve);
+        ctx->serve = NULL;
+    }
     return st;
 }
 
 /* ---- the rejoiner ---- */
 
-/* A status that says the other rank is gone (go on without it), not that
- * the job refused this rank. */
+/* A status that says the other rank is gone or would not take this one
+ * (go on without it: it counts this rank failed), not that the job refused
+ * this rank. */
 static bool gone(shs_status_t st)
 {
-    return st == SHS_ERR_PEER_FAILED || st == SHS_ERR_TIMEOUT || st == SHS_ERR_IO;
+    return st == SHS_ERR_PEER_FAILED || st == SHS_ERR_TIMEOUT || st == SHS_ERR_IO ||
+           st == SHS_ERR_BAD_STATE;
 }
 
 static shs_status_t connect_one(shs_ctx_t *ctx, int s, uint8_t *req, uint64_t *bar_p)
@@ -532,6 +570,12 @@ shs_status_t shs__rejoin_region(shs_ctx_t *ctx, shs_region_t *region)
                       s, region->seq);
             return SHS_ERR_CONFIG;
         }
+        if (!region->uneven && e->remote.len != region->len) {
+            SHS_ERROR("rejoin: rank %d's region #%u has %llu bytes, this rank's %zu: a "
+                      "rejoined rank must create the regions the job created", s,
+                      region->seq, (unsigned long long)e->remote.len, region->len);
+            return SHS_ERR_SIZE_MISMATCH;
+        }
         region->remote[s] = e->remote;
         void *reply = NULL;
         size_t rlen = 0;
@@ -574,10 +618,12 @@ static void install_peer(shs_ctx_t *ctx, shs__peer_t *peer)
         c->unsignaled_bytes = 0;
         c->rd_posted = 0;
         memset(c->rd_mark, 0, (ctx->wr_mask + 1) * sizeof(*c->rd_mark));
-        for (int i = 0; i < ctx->cfg.rq_depth; i++)
-            c->rx_free[i] = (uint32_t)(ctx->cfg.rq_depth - 1 - i);
-        c->rx_nfree = (unsigned)ctx->cfg.rq_depth;
-        memset(c->rx_held, 0, (size_t)ctx->cfg.rq_depth);
+        /* a message of the old incarnation the program still holds keeps
+         * its slot until released (then posted on the new queue pair) */
+        c->rx_nfree = 0;
+        for (int i = ctx->cfg.rq_depth - 1; i >= 0; i--)
+            if (!c->rx_held[i])
+                c->rx_free[c->rx_nfree++] = (uint32_t)i;
     }
     peer->imm_head = peer->imm_tail = 0;
     peer->msg_head = peer->msg_tail = 0;
@@ -591,14 +637,18 @@ static void install_peer(shs_ctx_t *ctx, shs__peer_t *peer)
             memset(&r->remote[peer->rank], 0, sizeof(r->remote[peer->rank]));
         pthread_mutex_unlock(&ctx->reg_lock);
     }
+    snprintf(peer->addr, sizeof(peer->addr), "%s", peer->stage_addr);
     peer->fail_reported = false;
     peer->fail_status = SHS_OK;
     peer->reason[0] = '\0';
     if (peer->up != NULL) /* an endpoint's: made for the incarnation its context took */
         peer->up_gen = peer->stage_gen;
     unsigned gen = peer->up != NULL ? peer->up_gen : atomic_load(&peer->gen);
-    atomic_flag_clear(&peer->claimed);
+    /* alive first, then free to be failed again: a failure reported in
+     * between is not lost (it finds claimed set only after failed is 0,
+     * and then it is the new incarnation's) */
     atomic_store_explicit(&peer->failed, 0, memory_order_release);
+    atomic_flag_clear(&peer->claimed);
     shs_status_t st = SHS_OK;
     for (int q = 0; q < qpp && st == SHS_OK; q++)
         st = shs__conn_post_recvs(ctx, &peer->conns[q]);
@@ -618,8 +668,17 @@ void shs__rejoin_install(shs_ctx_t *ctx)
     if (ctx->parent != NULL)
         return; /* regions are the context's */
     pthread_mutex_lock(&ctx->reg_lock);
+    size_t keep = 0;
     for (size_t i = 0; i < ctx->reg_nstage; i++) {
         const shs__reg_stage_t *e = &ctx->reg_stage[i];
+        const shs__peer_t *peer = &ctx->peers[e->rank];
+        if (e->gen != atomic_load(&peer->gen))
+            continue; /* an older incarnation's */
+        if (atomic_load(&peer->revive) != SHS__REVIVE_IDLE) {
+            ctx->reg_stage[keep++] = *e; /* after its queue pairs, next time */
+            atomic_store(&ctx->revive_pending, 1);
+            continue;
+        }
         shs_region_t *r = ctx->regions;
         while (r != NULL && r->seq != e->seq)
             r = r->next;
@@ -629,7 +688,7 @@ void shs__rejoin_install(shs_ctx_t *ctx)
             SHS_WARN("rank %d announced region #%u, which this rank does not have", e->rank,
                      e->seq);
     }
-    ctx->reg_nstage = 0;
+    ctx->reg_nstage = keep;
     pthread_mutex_unlock(&ctx->reg_lock);
 }
 

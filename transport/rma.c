@@ -24,8 +24,9 @@ static void fail_from_wc(shs_ctx_t *ctx, shs__conn_t *conn, const struct ibv_wc 
 
 int shs__poll(shs_ctx_t *ctx)
 {
-    /* a rejoined rank's queue pairs are installed by this thread, here */
-    if (atomic_load_explicit(&ctx->revive_pending, memory_order_acquire))
+    /* a rejoined rank's queue pairs are installed by this thread, here
+     * (not while it waits in a barrier: barrier.c installs at entry) */
+    if (!ctx->in_barrier && atomic_load_explicit(&ctx->revive_pending, memory_order_acquire))
         shs__rejoin_install(ctx);
     return shs__poll_cq(ctx);
 }

@@ -166,6 +166,7 @@ typedef struct shs__peer {
     struct shs__conn *stage;  /* qps_per_peer */
     shs__remote_t stage_scratch;
     unsigned stage_gen;       /* an endpoint's: the context peer's incarnation */
+    char stage_addr[64];      /* the rejoiner's device address, for messages */
     shs__conn_t *conns;       /* qps_per_peer */
     unsigned rr;              /* next connection for round robin */
     /* received immediates not yet taken; the receive is reposted on take */
@@ -239,6 +240,11 @@ struct shs_ctx {
     size_t scratch_len;
     shs__remote_t *scratch_remote;
     uint64_t bar_epoch;       /* barriers this context has entered */
+    /* a rejoiner is staged (its first barrier read from bar_epoch) and
+     * installed at barrier entry under this lock, never inside a barrier's
+     * wait: so it takes part in whole barriers only */
+    pthread_mutex_t bar_lock;
+    bool in_barrier;
 
     shs__peer_t *peers;       /* size entries; peers[rank] unused */
     shs__conn_t **conns;      /* nconns, indexed by shs__conn_t.index */

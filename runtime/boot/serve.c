@@ -44,6 +44,7 @@ struct shs__boot_serve {
     hs_set_t rdv, svc;       /* handshakes on each listener */
     link_t cur;              /* the admitted connection, for its one request */
     uint8_t *req, *reply;
+    size_t reply_cap;        /* REPLY_MAX, or a directory if larger */
     struct pollfd pfd[3 + 2 * SERVE_PENDING];
 };
 
@@ -119,7 +120,7 @@ static void serve_request(shs__boot_serve_t *s, link_t *l, int rank)
                 r == s->b->rank || s->ops.is_alive(s->ops.arg, r);
         rlen = (size_t)n * (SHS_BOOT_ADDR_LEN + 1);
     } else if (kind == SHS_BOOT_REQ_TRANSPORT) {
-        rlen = REPLY_MAX;
+        rlen = s->reply_cap;
         st = s->ops.request(s->ops.arg, rank, s->req + 4, h.length - 4, s->reply, &rlen, why,
                             sizeof(why));
         if (st != SHS_OK) {
@@ -245,7 +246,9 @@ shs_status_t shs__boot_serve_start(shs__boot_t *b, const shs__boot_serve_ops_t *
     snprintf(s->who, sizeof(s->who), "rank %d", b->rank);
     s->dir = calloc((size_t)b->size, SHS_BOOT_ADDR_LEN);
     s->req = malloc(REQUEST_MAX);
-    s->reply = malloc(REPLY_MAX);
+    size_t dir_len = (size_t)b->size * (SHS_BOOT_ADDR_LEN + 1);
+    s->reply_cap = dir_len > REPLY_MAX ? dir_len : REPLY_MAX;
+    s->reply = malloc(s->reply_cap);
     if (s->dir == NULL || s->req == NULL || s->reply == NULL)
         goto err_free;
     pthread_mutex_init(&s->lock, NULL);
@@ -256,7 +259,7 @@ shs_status_t shs__boot_serve_start(shs__boot_t *b, const shs__boot_serve_ops_t *
     s->rdv.admitted = admitted;
     s->svc.admitted = admitted;
     if ((st = service_listen(s)) != SHS_OK)
-        goto err_fini_svc;
+        goto err_close_sfd;
     if (pipe2(s->wake, O_CLOEXEC) != 0) {
         SHS_ERROR("rejoin listeners: pipe: %s", strerror(errno));
         st = SHS_ERR_IO;
@@ -277,7 +280,6 @@ err_close_pipe:
 err_close_sfd:
     if (s->sfd >= 0)
         close(s->sfd);
-err_fini_svc:
     shs__hs_fini(&s->svc);
 err_fini_rdv:
     shs__hs_fini(&s->rdv);
