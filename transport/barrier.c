@@ -63,14 +63,21 @@ static void fail_silent(shs_ctx_t *ctx, int p, uint64_t waited_ns)
                        ctx->cfg.op_timeout_ms);
 }
 
+/* Whether barrier e waits for peer p: a living peer, unless it rejoined
+ * and e comes before its first barrier (rejoin.c). */
+static bool counts(const shs_ctx_t *ctx, int p, uint64_t e)
+{
+    return p != ctx->rank && !shs__peer_is_failed(&ctx->peers[p]) &&
+           e >= __atomic_load_n(&ctx->peers[p].first_bar, __ATOMIC_ACQUIRE);
+}
+
 /* A living peer already past barrier e + 1 (at_entry: past e): the ranks
  * called the barrier a different number of times, or it counted this rank
  * failed and went on. Passing would pair barriers that do not match. */
 static int ahead(const shs_ctx_t *ctx, uint64_t e, bool at_entry)
 {
     for (int p = 0; p < ctx->size; p++)
-        if (p != ctx->rank && !shs__peer_is_failed(&ctx->peers[p]) &&
-            arrived(ctx, p) > (at_entry ? e : e + 1))
+        if (counts(ctx, p, e) && arrived(ctx, p) > (at_entry ? e : e + 1))
             return p;
     return -1;
 }
@@ -121,7 +128,7 @@ static shs_status_t meet(shs_ctx_t *ctx, uint64_t e)
     for (;;) {
         waiting = -1;
         for (int q = 0; q < ctx->size && waiting < 0; q++)
-            if (q != ctx->rank && arrived(ctx, q) < e && !shs__peer_is_failed(&ctx->peers[q]))
+            if (counts(ctx, q, e) && arrived(ctx, q) < e)
                 waiting = q;
         if (waiting < 0)
             break;

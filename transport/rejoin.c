@@ -32,6 +32,7 @@
 #define OP_CONNECT 1u   /* the context's queue pairs */
 #define OP_REGION 2u    /* one of the rejoiner's regions */
 #define OP_ENDPOINT 3u  /* an endpoint's queue pairs (by creation order) */
+#define OP_FIRST_BARRIER 4u /* the rejoiner's first barrier */
 #define REMOTE_LEN 24u   /* u64 addr, u64 len, u32 rkey, u32 flags */
 #define ENTRY_LEN 28u    /* u32 seq, remote */
 
@@ -152,11 +153,12 @@ static void stage_destroy(shs__peer_t *peer, int qpp)
 
 /* Queue pairs of ctx (a context or one of its endpoints) towards a
  * rejoiner, moved to RTS with its record; then the reply (this rank's
- * record, scratch, barrier count, regions). The address the rejoiner's
- * service has goes to addr. */
+ * record, scratch, regions; *bar_p is where the caller writes the barrier
+ * count). The address the rejoiner's service has goes to addr. The caller
+ * marks the peer staged. */
 static shs_status_t stage_connect(shs_ctx_t *ctx, int rank, const uint8_t *p, size_t len,
-                                  uint8_t *reply, size_t *reply_len, char *addr, char *why,
-                                  size_t wl)
+                                  uint8_t *reply, size_t *reply_len, char *addr,
+                                  uint8_t **bar_p, char *why, size_t wl)
 {
     shs__peer_t *peer = &ctx->peers[rank];
     int qpp = ctx->cfg.qps_per_peer;
@@ -245,21 +247,7 @@ static shs_status_t stage_connect(shs_ctx_t *ctx, int rank, const uint8_t *p, si
     }
     put32(count, n);
     *reply_len = (size_t)(o - reply);
-    if (ctx->parent != NULL) {
-        put64(bar, 0); /* endpoints have no barrier */
-        atomic_store(&peer->revive, SHS__REVIVE_STAGED);
-        return SHS_OK;
-    }
-    /* the rejoiner's first barrier is the first this rank enters after
-     * installing it: staged and counted under the barrier's lock, and its
-     * arrival word cleared (the old incarnation may have been a barrier
-     * ahead when it died) */
-    pthread_mutex_lock(&ctx->bar_lock);
-    put64(bar, __atomic_load_n(&ctx->bar_epoch, __ATOMIC_RELAXED));
-    __atomic_store_n((uint64_t *)((char *)ctx->scratch + SHS__SCRATCH_ARRIVE +
-                                  (size_t)rank * 8), 0, __ATOMIC_RELEASE);
-    atomic_store(&peer->revive, SHS__REVIVE_STAGED);
-    pthread_mutex_unlock(&ctx->bar_lock);
+    *bar_p = bar;
     return SHS_OK;
 }
 
@@ -267,22 +255,53 @@ static shs_status_t serve_connect(shs_ctx_t *ctx, int rank, const uint8_t *p, si
                                   uint8_t *reply, size_t *reply_len, char *why, size_t wl)
 {
     char addr[SHS_BOOT_ADDR_LEN];
-    /* the rendezvous admitted a new process for this rank: the old one is
-     * gone, whether or not this rank has seen it go (out of band, a failure
-     * shows only when traffic meets it) */
-    if (!shs__peer_is_failed(&ctx->peers[rank]))
-        shs__peer_fail_at(SHS_LOG_LVL_INFO, &ctx->peers[rank], SHS_ERR_PEER_FAILED,
-                          "a new process of rank %d connected (it rejoined): the old one is "
-                          "gone", rank);
-    shs_status_t st = stage_connect(ctx, rank, p, len, reply, reply_len, addr, why, wl);
+    uint8_t *bar;
+    shs__peer_t *peer = &ctx->peers[rank];
+    shs_status_t st = stage_connect(ctx, rank, p, len, reply, reply_len, addr, &bar, why, wl);
     if (st != SHS_OK)
         return st;
-    shs__boot_serve_set_addr(ctx->serve, rank, addr);
-    /* a new incarnation: the endpoints' queue pairs to the old one are dead
-     * (shs__peer_is_failed), until each endpoint is connected again */
-    atomic_fetch_add(&ctx->peers[rank].gen, 1);
+    /* the rendezvous admitted a new process for this rank, and it is
+     * connected here: the old one is gone, whether or not this rank has
+     * seen it go (out of band, a failure shows only when traffic meets it) */
+    if (!shs__peer_is_failed(peer))
+        shs__peer_fail_at(SHS_LOG_LVL_INFO, peer, SHS_ERR_PEER_FAILED,
+                          "a new process of rank %d connected (it rejoined): the old one is "
+                          "gone", rank);
+    /* Under the barrier's lock, all at once for barrier entry: the barrier
+     * count it is told, its old arrival word cleared (the old incarnation
+     * may have been a barrier ahead), a new incarnation (the endpoints'
+     * queue pairs to the old one are dead until each endpoint is connected
+     * again), no barrier counting it until it names its first
+     * (OP_FIRST_BARRIER), then staged, then the wake-up. */
+    pthread_mutex_lock(&ctx->bar_lock);
+    put64(bar, __atomic_load_n(&ctx->bar_epoch, __ATOMIC_RELAXED));
+    __atomic_store_n((uint64_t *)((char *)ctx->scratch + SHS__SCRATCH_ARRIVE +
+                                  (size_t)rank * 8), 0, __ATOMIC_RELEASE);
+    atomic_fetch_add(&peer->gen, 1);
+    __atomic_store_n(&peer->first_bar, UINT64_MAX, __ATOMIC_RELEASE);
+    atomic_store(&peer->revive, SHS__REVIVE_STAGED);
     atomic_store(&ctx->revive_pending, 1);
+    pthread_mutex_unlock(&ctx->bar_lock);
+    shs__boot_serve_set_addr(ctx->serve, rank, addr);
     SHS_INFO("rank %d is rejoining: its queue pair(s) are ready here", rank);
+    return SHS_OK;
+}
+
+/* The rejoiner's first barrier (the largest count the living ranks told
+ * it, plus one): before it, barriers here do not count it. */
+static shs_status_t serve_first_barrier(shs_ctx_t *ctx, int rank, const uint8_t *p, size_t len,
+                                        char *why, size_t wl)
+{
+    shs__peer_t *peer = &ctx->peers[rank];
+    if (len != 8) {
+        snprintf(why, wl, "a first barrier of %zu bytes", len + 4);
+        return SHS_ERR_PROTOCOL;
+    }
+    if (atomic_load(&peer->revive) == SHS__REVIVE_IDLE && shs__peer_is_failed(peer)) {
+        snprintf(why, wl, "rank %d has not connected to rank %d", rank, ctx->rank);
+        return SHS_ERR_BAD_STATE;
+    }
+    __atomic_store_n(&peer->first_bar, get64(&p), __ATOMIC_RELEASE);
     return SHS_OK;
 }
 
@@ -304,14 +323,19 @@ static shs_status_t serve_endpoint(shs_ctx_t *ctx, int rank, uint32_t seq, const
                  "rejoined rank must make its endpoints in the order the job made them",
                  ctx->rank, seq);
         st = SHS_ERR_CONFIG;
-    } else if (atomic_load(&ctx->peers[rank].revive) != SHS__REVIVE_IDLE ||
+    } else if (atomic_load(&ctx->peers[rank].revive) == SHS__REVIVE_IDLE &&
                shs__peer_is_failed(&ctx->peers[rank])) {
-        snprintf(why, wl, "rank %d has not taken rank %d back yet", ctx->rank, rank);
+        /* neither taken back nor staged here (its context's connect failed) */
+        snprintf(why, wl, "rank %d has not taken rank %d back", ctx->rank, rank);
         st = SHS_ERR_BAD_STATE;
     } else {
-        st = stage_connect(ep, rank, p, len, reply, reply_len, addr, why, wl);
+        uint8_t *bar;
+        st = stage_connect(ep, rank, p, len, reply, reply_len, addr, &bar, why, wl);
         if (st == SHS_OK) {
+            /* made for the incarnation the context staged (or took back) */
+            put64(bar, 0); /* endpoints have no barrier */
             ep->peers[rank].stage_gen = atomic_load(&ctx->peers[rank].gen);
+            atomic_store(&ep->peers[rank].revive, SHS__REVIVE_STAGED);
             atomic_store(&ep->revive_pending, 1);
         }
     }
@@ -371,6 +395,10 @@ static shs_status_t ctx_request(void *arg, int rank, const void *req, size_t len
     if (op == OP_ENDPOINT) {
         uint32_t seq = get32(&p);
         return serve_endpoint(ctx, rank, seq, p, len - 8, reply, reply_len, why, why_len);
+    }
+    if (op == OP_FIRST_BARRIER) {
+        *reply_len = 0;
+        return serve_first_barrier(ctx, rank, p, len - 4, why, why_len);
     }
     if (op == OP_REGION) {
         *reply_len = 0;
@@ -493,6 +521,28 @@ static shs_status_t connect_one(shs_ctx_t *ctx, int s, uint8_t *req, uint64_t *b
     return st;
 }
 
+/* Every living rank told this rank its barrier count; they may differ by
+ * one (one inside a barrier the other has not entered): the first barrier
+ * this rank takes part in is one past the largest, and each living rank is
+ * told, so that its barriers before that one do not wait for it. */
+static void tell_first_barrier(shs_ctx_t *ctx, uint64_t first)
+{
+    uint8_t req[12];
+    put64(put32(req, OP_FIRST_BARRIER), first);
+    for (int s = 0; s < ctx->size; s++) {
+        if (s == ctx->rank || shs__peer_is_failed(&ctx->peers[s]))
+            continue;
+        void *reply = NULL;
+        size_t rlen = 0;
+        shs_status_t st = shs__boot_request(ctx->boot, shs__boot_dir_addr(ctx->boot, s), req,
+                                            sizeof(req), &reply, &rlen);
+        free(reply);
+        if (st != SHS_OK)
+            shs__peer_fail(&ctx->peers[s], st, "lost while telling it the first barrier (%s)",
+                           shs_status_string(st));
+    }
+}
+
 shs_status_t shs__rejoin_connect(shs_ctx_t *ctx)
 {
     int qpp = ctx->cfg.qps_per_peer;
@@ -546,6 +596,8 @@ shs_status_t shs__rejoin_connect(shs_ctx_t *ctx)
     free(req);
     if (st != SHS_OK)
         return st;
+    if (ctx->parent == NULL)
+        tell_first_barrier(ctx, bar + 1);
     ctx->bar_epoch = bar;
     SHS_INFO("rank %d rejoined the running job: %s connected to %d living rank(s)",
              ctx->rank, ctx->parent != NULL ? "an endpoint" : "its context", joined);
@@ -649,11 +701,14 @@ static void install_peer(shs_ctx_t *ctx, shs__peer_t *peer)
      * and then it is the new incarnation's) */
     atomic_store_explicit(&peer->failed, 0, memory_order_release);
     atomic_flag_clear(&peer->claimed);
-    shs_status_t st = SHS_OK;
-    for (int q = 0; q < qpp && st == SHS_OK; q++)
-        st = shs__conn_post_recvs(ctx, &peer->conns[q]);
-    if (st != SHS_OK)
-        shs__peer_fail(peer, st, "could not post receives to it after it rejoined");
+    /* every free slot (the held ones are posted when released) */
+    int rc = 0;
+    for (int q = 0; q < qpp && rc == 0; q++)
+        while (rc == 0 && peer->conns[q].rx_nfree > 0)
+            rc = shs__conn_post_recv(ctx, &peer->conns[q]);
+    if (rc != 0)
+        shs__peer_fail(peer, SHS_ERR_NO_RESOURCE,
+                       "could not post receives to it after it rejoined: %s", strerror(rc));
     atomic_store(&peer->revive, SHS__REVIVE_IDLE);
     SHS_INFO("peer %d rejoined%s (incarnation %u)", peer->rank,
              peer->up != NULL ? " on an endpoint" : "", gen);

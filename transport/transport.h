@@ -166,6 +166,7 @@ typedef struct shs__peer {
     struct shs__conn *stage;  /* qps_per_peer */
     shs__remote_t stage_scratch;
     unsigned stage_gen;       /* an endpoint's: the context peer's incarnation */
+    uint64_t first_bar;       /* a rejoiner: barriers before this one do not count it */
     char stage_addr[64];      /* the rejoiner's device address, for messages */
     shs__conn_t *conns;       /* qps_per_peer */
     unsigned rr;              /* next connection for round robin */
