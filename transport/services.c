@@ -28,7 +28,19 @@ shs_status_t shs__ctx_allgather(shs_ctx_t *ctx, const void *mine, size_t len, vo
 {
     if (shs__ctx_endpoint_refused(ctx, "shs__ctx_allgather"))
         return SHS_ERR_BAD_STATE;
+    if (shs__ctx_rejoin_refused(ctx, "a collective set-up over the bootstrap"))
+        return SHS_ERR_UNSUPPORTED;
     return shs__boot_allgather(ctx->boot, mine, len, all);
+}
+
+bool shs__ctx_rejoin_refused(const shs_ctx_t *ctx, const char *call)
+{
+    const shs_ctx_t *c = ctx->parent != NULL ? ctx->parent : ctx;
+    if (!c->rejoined)
+        return false;
+    SHS_ERROR("%s: refused on a rank that rejoined a running job: the other ranks cannot take "
+              "it back into that yet (only the transport rejoins: docs/failures.md)", call);
+    return true;
 }
 
 shs_status_t shs__ctx_channel_take(shs_ctx_t *ctx, int want, const char *user,

@@ -31,8 +31,15 @@ void shs__ctx_waiter_init(shs__waiter_t *w, const shs_ctx_t *ctx, int timeout_ms
 
 /* Every rank's `len` bytes, in rank order, into all (size * len bytes).
  * Collective over the bootstrap, on the thread that drives ctx (refused on
- * an endpoint). For layers above that must check that the ranks agree. */
+ * an endpoint, and with SHS_ERR_UNSUPPORTED on a rejoined rank, which is
+ * not part of the bootstrap). For layers above that must check that the
+ * ranks agree. */
 shs_status_t shs__ctx_allgather(shs_ctx_t *ctx, const void *mine, size_t len, void *all);
+
+/* Whether `call` must be refused because ctx is a rejoined rank's (it
+ * rejoined a running job, SHS_REJOIN): true, logged, for the layers above
+ * whose objects the running job's ranks cannot take it back into yet. */
+bool shs__ctx_rejoin_refused(const shs_ctx_t *ctx, const char *call);
 
 /* Take an immediate channel (the top 8 bits of a 32-bit immediate) for
  * `user` (a constant string, named in errors): want < 0 takes the highest

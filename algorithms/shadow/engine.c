@@ -252,7 +252,10 @@ static shs_status_t check_model(shs_ctx_t *ctx, shs_region_t *model, size_t offs
                   offset, count, shs_region_len(model));
         return SHS_ERR_INVALID_ARG;
     }
-    return shs__ctx_refused(ctx, "shs_shadow_create") ? SHS_ERR_BAD_STATE : SHS_OK;
+    if (shs__ctx_refused(ctx, "shs_shadow_create"))
+        return SHS_ERR_BAD_STATE;
+    /* its rounds would count the others in while theirs count it failed */
+    return shs__ctx_rejoin_refused(ctx, "shs_shadow_create") ? SHS_ERR_UNSUPPORTED : SHS_OK;
 }
 
 shs_status_t shs_shadow_create(shs_ctx_t *ctx, shs_region_t *model, size_t offset, size_t count,

@@ -206,7 +206,8 @@ typedef struct shs_coll_params {
  * Status: SHS_OK; SHS_ERR_INVALID_ARG (NULL ctx or coll_p); SHS_ERR_CONFIG
  * (a parameter out of range, or slots too many for SHS_RQ_DEPTH);
  * SHS_ERR_SIZE_MISMATCH (ranks passed different parameters: every rank
- * fails); SHS_ERR_NO_MEMORY; and what shs_region_alloc() returns.
+ * fails); SHS_ERR_NO_MEMORY; SHS_ERR_UNSUPPORTED (ctx rejoined a running
+ * job); and what shs_region_alloc() returns.
  */
 SHS_API shs_status_t shs_coll_create(shs_ctx_t *ctx, const shs_coll_params_t *params,
                                      shs_coll_t **coll_p);

@@ -149,6 +149,8 @@ typedef struct shs_emb_params {
  * SHS_ERR_SIZE_MISMATCH; SHS_ERR_NO_MEMORY; SHS_ERR_NO_RESOURCE;
  * SHS_ERR_BAD_STATE (ctx is an endpoint); peer and timeout
  * statuses of the collective set-up.
+ * On a rank that rejoined a running job: SHS_ERR_UNSUPPORTED (the set-up
+ * goes over the bootstrap, which it is not part of).
  */
 SHS_API shs_status_t shs_emb_create(shs_ctx_t *ctx, const shs_emb_params_t *params,
                                     shs_emb_t **emb_p);

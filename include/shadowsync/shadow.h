@@ -276,7 +276,8 @@ typedef struct shs_shadow_stats {
  *
  * Status: SHS_OK; SHS_ERR_INVALID_ARG (NULL, count 0, misaligned offset,
  * range outside the region, bad parameter, unknown schedule);
- * SHS_ERR_UNSUPPORTED (EASGD on a path other than pull); SHS_ERR_NO_MEMORY;
+ * SHS_ERR_UNSUPPORTED (EASGD on a path other than pull; ctx rejoined a
+ * running job: the others' engines cannot take it back yet); SHS_ERR_NO_MEMORY;
  * SHS_ERR_CONFIG (pin_cpus other than "auto", "none" or a CPU list);
  * SHS_ERR_BAD_STATE (ctx is an endpoint, or SHS_SHADOW_CHANNEL names a
  * channel already taken); and what shs_ctx_endpoint_create,
