@@ -64,7 +64,7 @@ static void fail_silent(shs_ctx_t *ctx, int p, uint64_t waited_ns)
 }
 
 /* Whether barrier e waits for peer p: a living peer, unless it rejoined
- * and e comes before its first barrier (rejoin.c). */
+ * and e comes before its first barrier (transport/rejoin/). */
 static bool counts(const shs_ctx_t *ctx, int p, uint64_t e)
 {
     return p != ctx->rank && !shs__peer_is_failed(&ctx->peers[p]) &&

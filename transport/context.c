@@ -90,7 +90,7 @@ static shs_status_t mesh_up(shs_ctx_t *ctx)
         goto err_deregister_scratch;
     /* a rejoiner connects once its own listeners are up (shs_ctx_create):
      * the living ranks' records, scratch keys and message size come with
-     * each connection (rejoin.c) */
+     * each connection (transport/rejoin/) */
     if (ctx->rejoined)
         return SHS_OK;
     status = ctx->cfg.connect_mode == SHS_CONNECT_RDMACM ? shs__connect_rdmacm(ctx)

@@ -114,7 +114,7 @@ static shs_status_t region_finish(shs_ctx_t *ctx, shs_region_t *region,
     }
     if (ctx->rejoined) {
         /* no exchange: the peers' keys came with the rejoin, and this
-         * rank's goes to each of them (rejoin.c) */
+         * rank's goes to each of them (transport/rejoin/) */
         status = (shs_status_t)mine.status;
         if (status == SHS_OK)
             status = rejoined_finish(ctx, region, &mine);

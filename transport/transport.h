@@ -160,7 +160,7 @@ typedef struct shs__peer {
      * connected to it again) */
     atomic_uint gen;
     unsigned up_gen;
-    /* a rejoiner's queue pairs, made by the rejoin thread (rejoin.c), that
+    /* a rejoiner's queue pairs, made by the rejoin thread (transport/rejoin/), that
      * the thread driving the context installs; REVIVE_* */
     atomic_int revive;
     struct shs__conn *stage;  /* qps_per_peer */
@@ -258,7 +258,7 @@ struct shs_ctx {
      * SHS_BOOTSTRAP; NULL otherwise and on endpoints) */
     shs__boot_serve_t *serve;
     int naddrs;               /* entries of SHS_BOOTSTRAP */
-    /* rejoins (rejoin.c) */
+    /* rejoins (transport/rejoin/) */
     bool rejoined;            /* this process rejoined a running job */
     atomic_int revive_pending; /* a rejoiner's queue pairs or regions wait to be installed */
     pthread_mutex_t reg_lock; /* regions, reg_stage, endpoints */
@@ -390,7 +390,7 @@ shs_status_t shs__oob_qp_to_init(shs_ctx_t *ctx, shs__conn_t *conn);
 shs_status_t shs__oob_qp_to_rtr_rts(shs_ctx_t *ctx, shs__conn_t *conn, const shs__oob_hdr_t *rh,
                                     const shs__oob_qp_t *rq);
 
-/* rejoins (rejoin.c) */
+/* rejoins (transport/rejoin/) */
 #define SHS__REVIVE_IDLE 0
 #define SHS__REVIVE_STAGED 1  /* queue pairs made, waiting for the driving thread */
 /* Start the rejoin listeners and learn every rank's service address

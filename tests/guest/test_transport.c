@@ -671,6 +671,22 @@ static pid_t spawn_rejoiner(int rank, const char *token)
 
 #define RJ_CYCLES 10
 
+/* The job's region and endpoint, then rank 2 killed: the others see it
+ * failed at their next barrier. */
+static void start_then_kill_rank2(shs_ctx_t *ctx, shs_region_t **buf_p, shs_ctx_t **ep_p)
+{
+    CHECK_OK(shs_region_alloc(ctx, 4096, SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_WRITE |
+                                             SHS_ACCESS_REMOTE_READ, buf_p));
+    CHECK_OK(shs_ctx_endpoint_create(ctx, ep_p));
+    CHECK_OK(shs_ctx_barrier(ctx));
+    if (shs_ctx_rank(ctx) == 2) {
+        usleep(300 * 1000);
+        raise(SIGKILL);
+    }
+    CHECK_OK(shs_ctx_barrier(ctx));
+    CHECK_EQ(shs_ctx_peer_status(ctx, 2, NULL), SHS_ERR_PEER_FAILED);
+}
+
 /* Rank 2 is killed and started again RJ_CYCLES times; each time it moves
  * data with ranks 0 and 1 (rejoined_talk), then dies again. The survivors'
  * queue pairs, registered regions and descriptors are the same before the
@@ -682,16 +698,7 @@ static void case_rejoin_cycles(shs_ctx_t *ctx)
     shs_region_t *buf;
     shs_ctx_t *ep;
 
-    CHECK_OK(shs_region_alloc(ctx, 4096, SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_WRITE |
-                                             SHS_ACCESS_REMOTE_READ, &buf));
-    CHECK_OK(shs_ctx_endpoint_create(ctx, &ep));
-    CHECK_OK(shs_ctx_barrier(ctx));
-    if (me == 2) {
-        usleep(300 * 1000);
-        raise(SIGKILL);
-    }
-    CHECK_OK(shs_ctx_barrier(ctx));
-    CHECK_EQ(shs_ctx_peer_status(ctx, 2, NULL), SHS_ERR_PEER_FAILED);
+    start_then_kill_rank2(ctx, &buf, &ep);
     int qp0 = count_res("qp"), mr0 = count_res("mr"), fd0 = count_fds();
     setenv("SHS_TEST_CYCLE", "1", 1);
     double t0 = now_s();
@@ -732,18 +739,9 @@ static void case_rejoin(shs_ctx_t *ctx)
     const char *mode = getenv("SHS_CONNECT");
     bool oob = mode != NULL && strcmp(mode, "oob") == 0;
     shs_region_t *buf;
-
-    CHECK_OK(shs_region_alloc(ctx, 4096, SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_WRITE |
-                                             SHS_ACCESS_REMOTE_READ, &buf));
     shs_ctx_t *ep;
-    CHECK_OK(shs_ctx_endpoint_create(ctx, &ep));
-    CHECK_OK(shs_ctx_barrier(ctx));
-    if (me == 2) {
-        usleep(300 * 1000);
-        raise(SIGKILL);
-    }
-    CHECK_OK(shs_ctx_barrier(ctx));
-    CHECK_EQ(shs_ctx_peer_status(ctx, 2, NULL), SHS_ERR_PEER_FAILED);
+
+    start_then_kill_rank2(ctx, &buf, &ep);
     if (me == 1) {
         claim(2, "some-other-job", SHS_ERR_TOKEN_MISMATCH);
         claim(1, token, SHS_ERR_BAD_STATE);
