@@ -14,6 +14,14 @@
  * write to it, or that write not completing within SHS_OP_TIMEOUT_MS. A
  * rank that is alive but slow is waited for, up to
  * SHS_BOOTSTRAP_TIMEOUT_MS.
+ *
+ * The allgather after start-up (region registration) rides on it: each rank
+ * writes its record, tagged with the barrier it is about to enter, into its
+ * slot at every living peer, flushes, and enters the barrier; past it, the
+ * records of every peer the barrier counted are here. Two sets of slots are
+ * used in turn (by the barrier's parity): a rank that leaves first and
+ * starts the next allgather writes into the other set, and it cannot write
+ * into this one again before this rank has met it at the next barrier.
  */
 #include <stdatomic.h>
 #include <string.h>
@@ -153,4 +161,42 @@ static shs_status_t meet(shs_ctx_t *ctx, uint64_t e)
     }
     p = ahead(ctx, e, false);
     return p >= 0 ? skewed(ctx, e, p) : SHS_OK;
+}
+
+shs_status_t shs__mesh_allgather(shs_ctx_t *ctx, const void *mine, size_t len, void *all,
+                                 bool *present)
+{
+    if (len > SHS__GATHER_MAX)
+        return SHS_ERR_INVALID_ARG;
+    /* this thread drives the context: the next barrier is this one */
+    uint64_t e = __atomic_load_n(&ctx->bar_epoch, __ATOMIC_RELAXED) + 1;
+    size_t set = shs__scratch_gather_off(ctx->size) +
+                 (size_t)(e & 1) * (size_t)ctx->size * SHS__GATHER_SLOT;
+    size_t own = set + (size_t)ctx->rank * SHS__GATHER_SLOT;
+    uint8_t *scratch = ctx->scratch;
+    memcpy(scratch + own, &e, 8);
+    memcpy(scratch + own + 8, mine, len);
+    for (int p = 0; p < ctx->size; p++)
+        if (p != ctx->rank) /* a failure is the transport's to record */
+            (void)shs__post_scratch_write(ctx, p, own, own, 8 + len);
+    (void)shs_flush(ctx, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT);
+    shs_status_t st = ctx->size == 1 ? SHS_OK : shs__mesh_barrier(ctx);
+    if (st != SHS_OK)
+        return st;
+    for (int p = 0; p < ctx->size; p++) {
+        const uint8_t *slot = scratch + set + (size_t)p * SHS__GATHER_SLOT;
+        uint64_t tag;
+        memcpy(&tag, slot, 8);
+        present[p] = p == ctx->rank || (counts(ctx, p, e) && tag == e);
+        if (p != ctx->rank && counts(ctx, p, e) && tag != e) {
+            SHS_ERROR("allgather at barrier %llu: rank %d met the barrier without its record "
+                      "(tag %llu)", (unsigned long long)e, p, (unsigned long long)tag);
+            st = SHS_ERR_PROTOCOL;
+        }
+        if (present[p])
+            memcpy((uint8_t *)all + (size_t)p * len, slot + 8, len);
+        else
+            memset((uint8_t *)all + (size_t)p * len, 0, len);
+    }
+    return st;
 }

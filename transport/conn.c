@@ -18,6 +18,8 @@ static void peer_failv(int level, shs__peer_t *peer, shs_status_t status, const 
         return;
     vsnprintf(peer->reason, sizeof(peer->reason), fmt, ap);
     peer->fail_status = status;
+    if (peer->up == NULL)
+        atomic_store_explicit(&peer->fail_gen, atomic_load(&peer->gen), memory_order_relaxed);
     atomic_store_explicit(&peer->failed, 1, memory_order_release);
     SHS__LOG_AT(level, "peer %d (%s) failed: %s", peer->rank, peer->addr, peer->reason);
     /* a peer that failed on an endpoint failed for the whole process: the
@@ -29,6 +31,7 @@ static void peer_failv(int level, shs__peer_t *peer, shs_status_t status, const 
         snprintf(peer->up->reason, sizeof(peer->up->reason), "%s%.*s", pre,
                  (int)(sizeof(peer->up->reason) - sizeof(pre)), peer->reason);
         peer->up->fail_status = SHS_ERR_PEER_FAILED;
+        atomic_store_explicit(&peer->up->fail_gen, peer->up_gen, memory_order_relaxed);
         atomic_store_explicit(&peer->up->failed, 1, memory_order_release);
     }
 }
@@ -80,6 +83,7 @@ shs_status_t shs__mesh_alloc(shs_ctx_t *ctx)
         snprintf(peer->addr, sizeof(peer->addr), "rank %d", r);
         peer->up = ctx->parent != NULL ? &ctx->parent->peers[r] : NULL;
         atomic_init(&peer->gen, 0);
+        atomic_init(&peer->fail_gen, 0);
         atomic_init(&peer->revive, SHS__REVIVE_IDLE);
         peer->up_gen = peer->up != NULL ? atomic_load(&peer->up->gen) : 0;
         if (r == ctx->rank)

@@ -30,8 +30,9 @@ static void disconnect_all(shs_ctx_t *ctx)
 
 static shs_status_t scratch_register(shs_ctx_t *ctx)
 {
-    /* the fence target, the barrier's source word, one arrival word per rank */
-    ctx->scratch_len = SHS__SCRATCH_ARRIVE + (size_t)ctx->size * 8;
+    /* the fence target, the barrier's source word, one arrival word per
+     * rank, two sets of allgather slots (transport.h) */
+    ctx->scratch_len = shs__scratch_gather_off(ctx->size) + 2 * (size_t)ctx->size * SHS__GATHER_SLOT;
     if (posix_memalign(&ctx->scratch, SHS__SCRATCH_ALIGN, ctx->scratch_len) != 0)
         return SHS_ERR_NO_MEMORY;
     memset(ctx->scratch, 0, ctx->scratch_len);
@@ -206,6 +207,7 @@ shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p)
     if (ctx->rejoined && (status = shs__rejoin_connect(ctx)) != SHS_OK)
         goto err_serve_stop;
     resolve_spin(ctx);
+    ctx->mesh_ready = true;
 
     SHS_INFO("rank %d of %d: %d connection(s) up over %s (%s)", ctx->rank, ctx->size,
              ctx->nconns, ctx->dev_name,

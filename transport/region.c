@@ -77,13 +77,16 @@ static shs_status_t rejoined_finish(shs_ctx_t *ctx, shs_region_t *region, const 
     region->remote[ctx->rank].len = mine->len;
     region->remote[ctx->rank].rkey = mine->rkey;
     region->remote[ctx->rank].flags = mine->flags;
-    region->seq = ctx->region_seq;
     shs_status_t st = shs__rejoin_region(ctx, region);
     if (st != SHS_OK) {
         free(region->remote);
         region->remote = NULL;
+        return st;
     }
-    return st;
+    /* numbered as the job numbered it (region_link takes the number) */
+    ctx->rj_regions++;
+    ctx->region_seq = region->seq;
+    return SHS_OK;
 }
 
 /* Collective part, shared by register and alloc. The region's memory is set;
@@ -94,9 +97,13 @@ static shs_status_t region_finish(shs_ctx_t *ctx, shs_region_t *region,
     shs_status_t status;
     reg_rec_t mine = {.status = local_status};
     reg_rec_t *all = calloc((size_t)ctx->size, sizeof(*all));
+    bool *present = calloc((size_t)ctx->size, sizeof(bool));
 
-    if (all == NULL)
+    if (all == NULL || present == NULL) {
+        free(all);
+        free(present);
         return SHS_ERR_NO_MEMORY; /* peers time out in the allgather: rare and bounded */
+    }
     if (local_status == SHS_OK && region->len == 0) {
         mine.flags = region->flags; /* an uneven region this rank holds none of */
     } else if (local_status == SHS_OK) {
@@ -112,24 +119,40 @@ static shs_status_t region_finish(shs_ctx_t *ctx, shs_region_t *region,
             mine.flags = region->flags;
         }
     }
-    if (ctx->rejoined) {
-        /* no exchange: the peers' keys came with the rejoin, and this
-         * rank's goes to each of them (transport/rejoin/) */
+    if (shs__rejoin_replaying(ctx)) {
+        /* a region the job holds: no exchange, the peers' keys came with
+         * the rejoin, and this rank's goes to each of them (rejoin/) */
         status = (shs_status_t)mine.status;
         if (status == SHS_OK)
             status = rejoined_finish(ctx, region, &mine);
         if (status != SHS_OK)
             goto err_dereg;
         free(all);
+        free(present);
         region_link(ctx, region);
         return SHS_OK;
     }
-    status = shs__boot_allgather(ctx->boot, &mine, sizeof(mine), all);
+    /* once the mesh is up, over it among the living (no rank is special
+     * after start-up: rank 0's death, or a rank that rejoined and is not
+     * part of the bootstrap, does not stop it); a rank absent from it
+     * (failed) has no copy of the region */
+    if (ctx->mesh_ready) {
+        status = shs__mesh_allgather(ctx, &mine, sizeof(mine), all, present);
+    } else {
+        status = shs__boot_allgather(ctx->boot, &mine, sizeof(mine), all);
+        for (int r = 0; r < ctx->size; r++)
+            present[r] = true;
+    }
     if (status != SHS_OK)
         goto err_dereg;
 
     status = (shs_status_t)mine.status;
+    int first = -1; /* the first rank present: what the others' sizes must match */
     for (int r = 0; r < ctx->size && status == SHS_OK; r++) {
+        if (!present[r])
+            continue;
+        if (first < 0)
+            first = r;
         if (all[r].status != SHS_OK) {
             SHS_ERROR("region registration failed on rank %d (%s)", r,
                       shs_status_string((shs_status_t)all[r].status));
@@ -138,12 +161,13 @@ static shs_status_t region_finish(shs_ctx_t *ctx, shs_region_t *region,
     }
     if (status != SHS_OK)
         goto err_dereg;
-    for (int r = 1; r < ctx->size && !region->uneven; r++) {
-        if (all[r].len != all[0].len) {
+    for (int r = first + 1; r < ctx->size && !region->uneven && first >= 0; r++) {
+        if (present[r] && all[r].len != all[first].len) {
             /* every rank sees the same table, so every rank fails the same way */
-            SHS_ERROR("region registration: rank %d registered %llu bytes but rank 0 "
+            SHS_ERROR("region registration: rank %d registered %llu bytes but rank %d "
                       "registered %llu; every rank must register the same size",
-                      r, (unsigned long long)all[r].len, (unsigned long long)all[0].len);
+                      r, (unsigned long long)all[r].len, first,
+                      (unsigned long long)all[first].len);
             status = SHS_ERR_SIZE_MISMATCH;
         }
     }
@@ -162,6 +186,7 @@ static shs_status_t region_finish(shs_ctx_t *ctx, shs_region_t *region,
         region->remote[r].flags = all[r].flags;
     }
     free(all);
+    free(present);
     region_link(ctx, region);
     return SHS_OK;
 
@@ -170,6 +195,7 @@ err_dereg:
         ibv_dereg_mr(region->mr);
     region->mr = NULL;
     free(all);
+    free(present);
     return status;
 }
 

@@ -179,6 +179,14 @@ static void fill_wr(shs_ctx_t *ctx, shs__conn_t *conn, unsigned k, size_t len,
     }
 }
 
+/* Whether rank `peer` of ctx was ever a rejoiner (transport/rejoin/). */
+static bool rejoined_peer(const shs_ctx_t *ctx, int peer)
+{
+    const shs__peer_t *p = &ctx->peers[peer];
+    const shs__peer_t *c = p->up != NULL ? p->up : p;
+    return atomic_load_explicit(&c->gen, memory_order_relaxed) != 0;
+}
+
 static shs_status_t check_op(shs_ctx_t *ctx, int peer, const shs_region_t *local,
                              size_t loff, const shs_region_t *remote, size_t roff, size_t len,
                              bool is_read)
@@ -189,7 +197,15 @@ static shs_status_t check_op(shs_ctx_t *ctx, int peer, const shs_region_t *local
     if (shs__ctx_refused(ctx, is_read ? "shs_read" : "shs_write"))
         return SHS_ERR_BAD_STATE;
     const shs__remote_t *rm = &remote->remote[peer];
-    if (!shs__range_ok(loff, len, local->len) || !shs__range_ok(roff, len, rm->len)) {
+    /* the length first: a rejoiner's key is written length last (rejoin/serve.c) */
+    uint64_t rlen = __atomic_load_n(&rm->len, __ATOMIC_ACQUIRE);
+    if (rlen == 0 && remote->len != 0 && rejoined_peer(ctx, peer)) {
+        /* a rank that rejoined has not made (or announced) this region yet */
+        SHS_DEBUG("%s peer %d: it rejoined and has no copy of this region yet",
+                  is_read ? "read from" : "write to", peer);
+        return SHS_ERR_PEER_FAILED;
+    }
+    if (!shs__range_ok(loff, len, local->len) || !shs__range_ok(roff, len, rlen)) {
         SHS_ERROR("%s of %zu bytes %s peer %d: local [%zu, +%zu) of %zu or remote "
                   "[%zu, +%zu) of %llu is out of bounds", is_read ? "read" : "write", len,
                   is_read ? "from" : "to", peer, loff, len, local->len, roff, len, (unsigned long long)rm->len);
@@ -309,8 +325,11 @@ shs_status_t shs_cas(shs_ctx_t *ctx, int peer, shs_region_t *local, size_t local
     if (shs__ctx_refused(ctx, "shs_cas"))
         return SHS_ERR_BAD_STATE;
     const shs__remote_t *rm = &remote->remote[peer];
+    uint64_t rlen = __atomic_load_n(&rm->len, __ATOMIC_ACQUIRE); /* as check_op */
+    if (rlen == 0 && remote->len != 0 && rejoined_peer(ctx, peer))
+        return SHS_ERR_PEER_FAILED;
     if (local_off % 8 != 0 || remote_off % 8 != 0 || !shs__range_ok(local_off, 8, local->len) ||
-        !shs__range_ok(remote_off, 8, rm->len)) {
+        !shs__range_ok(remote_off, 8, rlen)) {
         SHS_ERROR("cas on peer %d: local offset %zu of %zu or remote offset %zu of %llu is "
                   "misaligned (8) or out of bounds", peer, local_off, local->len, remote_off,
                   (unsigned long long)rm->len);
@@ -388,11 +407,11 @@ shs_status_t shs_send(shs_ctx_t *ctx, int peer, shs_region_t *local, size_t loca
     return post_batch(ctx, conn, 1);
 }
 
-/* An 8-byte write from this rank's scratch area (local_off) into peer's
- * (remote_off), signaled, on the peer's first queue pair: the mesh
- * barrier's arrival (barrier.c). */
-shs_status_t shs__post_scratch_word(shs_ctx_t *ctx, int peer, size_t local_off,
-                                    size_t remote_off)
+/* A write of len bytes from this rank's scratch area (local_off) into
+ * peer's (remote_off), signaled, on the peer's first queue pair: the mesh
+ * barrier's arrival, an allgather's record (barrier.c). */
+shs_status_t shs__post_scratch_write(shs_ctx_t *ctx, int peer, size_t local_off,
+                                     size_t remote_off, size_t len)
 {
     shs__peer_t *p = &ctx->peers[peer];
     if (shs__peer_is_failed(p))
@@ -405,15 +424,21 @@ shs_status_t shs__post_scratch_word(shs_ctx_t *ctx, int peer, size_t local_off,
     struct ibv_sge *sge = &ctx->sge[0];
     struct ibv_send_wr *wr = &ctx->wr[0];
     sge->addr = (uintptr_t)ctx->scratch + local_off;
-    sge->length = 8;
+    sge->length = (uint32_t)len;
     sge->lkey = ctx->scratch_mr->lkey;
     wr->sg_list = sge;
     wr->num_sge = 1;
     wr->opcode = IBV_WR_RDMA_WRITE;
     wr->wr.rdma.remote_addr = sc->addr + remote_off;
     wr->wr.rdma.rkey = sc->rkey;
-    fill_wr(ctx, conn, 0, 8, true);
+    fill_wr(ctx, conn, 0, len, true);
     return post_batch(ctx, conn, 1);
+}
+
+shs_status_t shs__post_scratch_word(shs_ctx_t *ctx, int peer, size_t local_off,
+                                    size_t remote_off)
+{
+    return shs__post_scratch_write(ctx, peer, local_off, remote_off, 8);
 }
 
 /* Make the last work request posted on conn a signaled one, so that its

@@ -33,6 +33,35 @@ shs_status_t shs__ctx_allgather(shs_ctx_t *ctx, const void *mine, size_t len, vo
     return shs__boot_allgather(ctx->boot, mine, len, all);
 }
 
+bool shs__ctx_replay_refused(const shs_ctx_t *ctx, const char *call)
+{
+    const shs_ctx_t *c = ctx->parent != NULL ? ctx->parent : ctx;
+    if (!shs__rejoin_replaying(c))
+        return false;
+    SHS_ERROR("%s: refused on a rank that rejoined a running job while it makes the regions "
+              "the job holds (its own set-up, in the job's order): a collective the job made "
+              "at start-up cannot be made again alone; make it together with the living "
+              "ranks once the set-up is done (docs/failures.md)", call);
+    return true;
+}
+
+bool shs__ctx_is_rejoined(const shs_ctx_t *ctx)
+{
+    const shs_ctx_t *c = ctx->parent != NULL ? ctx->parent : ctx;
+    return c->rejoined;
+}
+
+bool shs__ctx_members_changed(const shs_ctx_t *ctx)
+{
+    const shs_ctx_t *c = ctx->parent != NULL ? ctx->parent : ctx;
+    if (c->rejoined)
+        return true;
+    for (int p = 0; p < c->size; p++)
+        if (p != c->rank && atomic_load_explicit(&c->peers[p].gen, memory_order_acquire) != 0)
+            return true;
+    return false;
+}
+
 bool shs__ctx_rejoin_refused(const shs_ctx_t *ctx, const char *call)
 {
     const shs_ctx_t *c = ctx->parent != NULL ? ctx->parent : ctx;

@@ -41,6 +41,20 @@ shs_status_t shs__ctx_allgather(shs_ctx_t *ctx, const void *mine, size_t len, vo
  * whose objects the running job's ranks cannot take it back into yet. */
 bool shs__ctx_rejoin_refused(const shs_ctx_t *ctx, const char *call);
 
+/* Whether `call`, collective among the ranks, must be refused because ctx
+ * is a rejoined rank's still making the regions the job held when it came
+ * back (a collective the job made at start-up cannot be made again alone);
+ * one made together with the living ranks after that goes over the mesh.
+ * True, logged. */
+bool shs__ctx_replay_refused(const shs_ctx_t *ctx, const char *call);
+
+/* Whether ctx (or an endpoint's context) is a rejoined rank's. */
+bool shs__ctx_is_rejoined(const shs_ctx_t *ctx);
+
+/* Whether the job's membership changed under ctx: this rank rejoined, or a
+ * peer was taken back after a rejoin (transport/rejoin/). */
+bool shs__ctx_members_changed(const shs_ctx_t *ctx);
+
 /* Take an immediate channel (the top 8 bits of a 32-bit immediate) for
  * `user` (a constant string, named in errors): want < 0 takes the highest
  * free channel in 1..255 (the same one on every rank when the ranks take

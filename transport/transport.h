@@ -36,10 +36,19 @@
 #define SHS__WC_BATCH 32
 /* the scratch area's layout (context.c, barrier.c): the fence target at 0,
  * the barrier's source word, then from SHS__SCRATCH_ARRIVE one arrival word
- * per rank */
+ * per rank, then (from shs__scratch_gather_off) two sets of one mesh
+ * allgather slot per rank: an 8-byte tag and up to SHS__GATHER_MAX bytes */
 #define SHS__SCRATCH_ALIGN 64
 #define SHS__SCRATCH_SOURCE 8
 #define SHS__SCRATCH_ARRIVE 64
+#define SHS__GATHER_SLOT 64
+#define SHS__GATHER_MAX (SHS__GATHER_SLOT - 8)
+
+static inline size_t shs__scratch_gather_off(int size)
+{
+    size_t end = SHS__SCRATCH_ARRIVE + (size_t)size * 8;
+    return (end + SHS__SCRATCH_ALIGN - 1) / SHS__SCRATCH_ALIGN * SHS__SCRATCH_ALIGN;
+}
 /* A wait's deadline counts time without a completion, so completions must
  * come at least every this many bytes: otherwise one flush of 64 MiB over a
  * slow link (a few MB/s between emulated guests) looks like a dead peer. A
@@ -160,6 +169,10 @@ typedef struct shs__peer {
      * connected to it again) */
     atomic_uint gen;
     unsigned up_gen;
+    /* a context's: its gen when it was failed. An endpoint made for a newer
+     * incarnation (up_gen) does not inherit the old one's failure: it can
+     * run with the rejoiner before the context's own thread takes it back */
+    atomic_uint fail_gen;
     /* a rejoiner's queue pairs, made by the rejoin thread (transport/rejoin/), that
      * the thread driving the context installs; REVIVE_* */
     atomic_int revive;
@@ -260,18 +273,19 @@ struct shs_ctx {
     int naddrs;               /* entries of SHS_BOOTSTRAP */
     /* rejoins (transport/rejoin/) */
     bool rejoined;            /* this process rejoined a running job */
+    bool mesh_ready;          /* created: collectives go over the mesh, not the bootstrap */
     atomic_int revive_pending; /* a rejoiner's queue pairs or regions wait to be installed */
-    pthread_mutex_t reg_lock; /* regions, reg_stage, endpoints */
+    pthread_mutex_t reg_lock; /* regions (and rejoiners' keys in them), endpoints */
     shs_ctx_t *eps;           /* a context's endpoints, newest first */
     shs_ctx_t *ep_next;       /* an endpoint: the next one of its context */
     uint32_t ep_seq;          /* an endpoint: creation order on its context */
     uint32_t ep_count;        /* a context: endpoints created so far */
     shs_region_t *regions;    /* every region of the context, newest first */
     uint32_t region_seq;      /* regions created so far */
-    struct shs__reg_stage *reg_stage; /* rejoiners' regions not installed yet */
-    size_t reg_nstage, reg_capstage;
     struct shs__reg_entry **rj_table; /* a rejoiner: each rank's regions (size entries) */
     size_t *rj_count;
+    size_t rj_regions;        /* a rejoiner: regions it made so far (its k-th is the
+                                 job's k-th, rejoin/join.c) */
 
     pthread_t async_thread;
     bool async_running;
@@ -336,7 +350,9 @@ static inline bool shs__peer_is_failed(const shs__peer_t *peer)
 {
     return atomic_load_explicit(&peer->failed, memory_order_acquire) != 0 ||
            (peer->up != NULL &&
-            (atomic_load_explicit(&peer->up->failed, memory_order_acquire) != 0 ||
+            ((atomic_load_explicit(&peer->up->failed, memory_order_acquire) != 0 &&
+              atomic_load_explicit(&peer->up->fail_gen, memory_order_relaxed) ==
+                  peer->up_gen) ||
              atomic_load_explicit(&peer->up->gen, memory_order_acquire) != peer->up_gen));
 }
 
@@ -407,6 +423,9 @@ void shs__rejoin_install(shs_ctx_t *ctx);
 /* A rejoiner's region: its peers' copies from their tables, its own sent
  * to them. */
 shs_status_t shs__rejoin_region(shs_ctx_t *ctx, shs_region_t *region);
+/* A rejoiner whose next region is one the job held when it rejoined (its
+ * set-up replayed), not one made together with the living ranks now. */
+bool shs__rejoin_replaying(const shs_ctx_t *ctx);
 void shs__rejoin_free(shs_ctx_t *ctx);
 /* Raw completion polling (shs__poll without installing rejoins). */
 int shs__poll_cq(shs_ctx_t *ctx);
@@ -423,9 +442,19 @@ shs_status_t shs__msg_check(shs_ctx_t *ctx);
 
 /* completions (rma.c) */
 int shs__poll(shs_ctx_t *ctx);
-/* the mesh barrier's arrival write (rma.c) and the barrier (barrier.c) */
+/* the mesh barrier's arrival write, an allgather record's (rma.c) and the
+ * barrier (barrier.c) */
 shs_status_t shs__post_scratch_word(shs_ctx_t *ctx, int peer, size_t local_off,
                                     size_t remote_off);
+shs_status_t shs__post_scratch_write(shs_ctx_t *ctx, int peer, size_t local_off,
+                                     size_t remote_off, size_t len);
 shs_status_t shs__mesh_barrier(shs_ctx_t *ctx);
+/* Every living rank's len bytes (len <= SHS__GATHER_MAX) into all, in rank
+ * order; present[p]: rank p's came (this rank's always). Over the mesh,
+ * among the living ranks, as a barrier (barrier.c): collective on a
+ * context once its mesh is up. A rank failed (or not yet back) is absent,
+ * its bytes zero. */
+shs_status_t shs__mesh_allgather(shs_ctx_t *ctx, const void *mine, size_t len, void *all,
+                                 bool *present);
 
 #endif

@@ -231,7 +231,7 @@ shs_status_t shs__coll_create_on(shs_ctx_t *ctx, shs_ctx_t *io, const shs_coll_p
         return SHS_ERR_INVALID_ARG;
     if (shs__ctx_refused(ctx, "shs_coll_create"))
         return SHS_ERR_BAD_STATE;
-    if (shs__ctx_rejoin_refused(ctx, "shs_coll_create"))
+    if (shs__ctx_replay_refused(ctx, "shs_coll_create"))
         return SHS_ERR_UNSUPPORTED;
     const shs__config_t *cfg = shs__ctx_config(ctx);
     shs_status_t st;

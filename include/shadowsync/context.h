@@ -140,16 +140,21 @@ typedef struct shs_ctx_params {
  * queue pairs to every rank the rendezvous counts alive (SHS_CONNECT=oob on
  * every rank; SHS_ERR_UNSUPPORTED with rdma_cm), each of which takes it
  * back at its next poll (shs_ctx_peer_status turns SHS_OK there). Then the
- * program repeats its set-up: regions must be created in the order the job
- * created them (their keys are matched by that order; SHS_ERR_CONFIG for a
- * region the others do not have), are not collective for the rejoined
- * rank, and a living rank's copy of the rejoiner's region is out of bounds
- * until the rejoiner has created it. Its first shs_ctx_barrier pairs with
- * the first barrier the others enter after taking it back. Endpoints are
- * matched by creation order like regions (a living rank's endpoint takes
- * the rejoiner back at that endpoint's next poll). What is collective over
- * the bootstrap (collectives, shadow engines, embedding tables) is not
- * available to a rejoined rank yet (docs/failures.md).
+ * program repeats its set-up: it makes, in order, the regions the job holds
+ * now (its k-th region is the job's k-th; the ones the job made and
+ * destroyed, such as a start-up check's, are not made again; a size that
+ * differs is SHS_ERR_SIZE_MISMATCH), which are not collective for it; a
+ * living rank's operation on the rejoiner's copy of a region returns
+ * SHS_ERR_PEER_FAILED until the rejoiner has made it. Regions made after
+ * that are collective with the living ranks again (over the mesh, as every
+ * registration after start-up: region.h). Its first shs_ctx_barrier pairs
+ * with the first barrier the others enter after taking it back. Endpoints
+ * are matched by creation order (a living rank's endpoint takes the
+ * rejoiner back at that endpoint's next poll). A shadow engine rejoins
+ * (shadow.h, "Rejoin"); a collective the job made at start-up, and
+ * embedding tables, are refused (SHS_ERR_UNSUPPORTED) while the rejoiner
+ * replays the job's regions; collectives made afterwards together with the
+ * living ranks work (docs/failures.md).
  */
 SHS_API shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p);
 

@@ -6,7 +6,11 @@
  * rank knows the address, key and length of every peer's copy, and a
  * one-sided operation (rma.h) names "region R on peer p" with no further
  * exchange. Every rank must register regions in the same order and with the
- * same length.
+ * same length. Once the context is up the exchange goes over the mesh among
+ * the living ranks (no rank is special: it works after rank 0 died, and
+ * with a rank that rejoined); a rank that failed has no copy of a region
+ * made after its failure (an operation on it: SHS_ERR_OUT_OF_BOUNDS). A
+ * rank that rejoined replays the job's regions first (context.h).
  *
  * Threads: like the context, driven by one thread at a time.
  */

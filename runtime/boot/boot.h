@@ -117,6 +117,9 @@ void shs__boot_link_init(link_t *l, int fd, bool root_side);
 void shs__boot_link_close(link_t *l);
 /* Non-blocking, no Nagle. -1 with errno on failure. */
 int shs__boot_socket_options(int fd);
+/* One TCP connect to host:port within dl (socket options set): the
+ * descriptor, or -1 with *err_p the errno (ETIMEDOUT at the deadline). */
+int shs__boot_connect_once(const char *host, const char *port, shs__deadline_t dl, int *err_p);
 
 /* One frame: header, the fixed part (at most a hello's worth), then data,
  * and the MAC when the link is authenticated. peer names the other end in

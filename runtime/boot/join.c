@@ -20,7 +20,7 @@
 /* A rejoiner gives each listed address this long to answer before the next. */
 #define REJOIN_CONNECT_MS 1000
 
-static int connect_once(const char *host, const char *port, shs__deadline_t dl, int *err_p)
+int shs__boot_connect_once(const char *host, const char *port, shs__deadline_t dl, int *err_p)
 {
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
     struct addrinfo *ai, *a;
@@ -164,7 +164,7 @@ shs_status_t shs__boot_join(shs__boot_t *b, const char *host, const char *port,
     shs_status_t st = shs__boot_warm_up(b->token);
     if (st != SHS_OK)
         return st;
-    while ((fd = connect_once(host, port, dl, &err)) < 0) {
+    while ((fd = shs__boot_connect_once(host, port, dl, &err)) < 0) {
         tries++;
         int left = shs__deadline_remaining_ms(dl);
         if (left == 0) {
@@ -223,7 +223,7 @@ static shs_status_t request_at(shs__boot_t *b, const char *host, const char *por
     int left = shs__deadline_remaining_ms(dl);
     shs__deadline_t step =
         shs__deadline_in_ms(left < REJOIN_CONNECT_MS ? left : REJOIN_CONNECT_MS);
-    int fd = connect_once(host, port, step, &err);
+    int fd = shs__boot_connect_once(host, port, step, &err);
     if (fd < 0) {
         SHS_DEBUG("rejoin: nothing answers at %s:%s (%s)", host, port, strerror(err));
         return SHS_ERR_IO;

@@ -48,6 +48,35 @@ struct shs__boot_serve {
     struct pollfd pfd[3 + 2 * SERVE_PENDING];
 };
 
+/* How long a claim of a living rank waits to learn whether that rank's
+ * service listener still takes connections. */
+#define GONE_PROBE_MS 500
+
+/* Whether rank's process is gone though the transport has not seen it
+ * fail yet (no traffic met it): its service listener refuses connections
+ * (on its host the port is closed). Anything else, a connection or no
+ * answer in time, counts as alive. */
+static bool service_gone(shs__boot_serve_t *s, int rank)
+{
+    char addr[SHS_BOOT_ADDR_LEN], host[256], port[8];
+    pthread_mutex_lock(&s->lock);
+    memcpy(addr, s->dir + (size_t)rank * SHS_BOOT_ADDR_LEN, sizeof(addr));
+    pthread_mutex_unlock(&s->lock);
+    addr[sizeof(addr) - 1] = '\0';
+    if (addr[0] == '\0' || shs__hostport_split(addr, host, sizeof(host), port, sizeof(port)) != SHS_OK)
+        return false;
+    int err = 0;
+    int fd = shs__boot_connect_once(host, port, shs__deadline_in_ms(GONE_PROBE_MS), &err);
+    if (fd >= 0) {
+        close(fd);
+        return false;
+    }
+    if (err == ECONNREFUSED)
+        SHS_INFO("rank %d's listener at %s refuses connections: its process is gone", rank,
+                 addr);
+    return err == ECONNREFUSED;
+}
+
 static shs_status_t refuse_rank(hs_set_t *set, hs_pending_t *pc, bool alive_too)
 {
     shs__boot_serve_t *s = set->arg;
@@ -57,7 +86,7 @@ static shs_status_t refuse_rank(hs_set_t *set, hs_pending_t *pc, bool alive_too)
                        "rank %d is this rank itself, alive in the running job", rank);
         return SHS_ERR_BAD_STATE;
     }
-    if (alive_too && s->ops.is_alive(s->ops.arg, rank)) {
+    if (alive_too && s->ops.is_alive(s->ops.arg, rank) && !service_gone(s, rank)) {
         shs__hs_refuse(set, pc, SHS_ERR_BAD_STATE,
                        "rank %d is alive in the running job (two processes were given the "
                        "same rank, or its failure is not seen yet)", rank);

@@ -56,14 +56,8 @@ static void install_peer(shs_ctx_t *ctx, shs__peer_t *peer)
     peer->msg_head = peer->msg_tail = 0;
     peer->rr = 0;
     ctx->scratch_remote[peer->rank] = peer->stage_scratch;
-    /* its copies of the regions (a context's) are unknown until it
-     * announces them */
-    if (ctx->parent == NULL) {
-        pthread_mutex_lock(&ctx->reg_lock);
-        for (shs_region_t *r = ctx->regions; r != NULL; r = r->next)
-            memset(&r->remote[peer->rank], 0, sizeof(r->remote[peer->rank]));
-        pthread_mutex_unlock(&ctx->reg_lock);
-    }
+    /* its copies of the regions were forgotten when it was staged, and are
+     * taken in as it announces them (serve.c) */
     snprintf(peer->addr, sizeof(peer->addr), "%s", peer->stage_addr);
     peer->fail_reported = false;
     peer->fail_status = SHS_OK;
@@ -95,31 +89,6 @@ void shs__rejoin_install(shs_ctx_t *ctx)
     for (int p = 0; p < ctx->size; p++)
         if (p != ctx->rank && atomic_load(&ctx->peers[p].revive) == SHS__REVIVE_STAGED)
             install_peer(ctx, &ctx->peers[p]);
-    if (ctx->parent != NULL)
-        return; /* regions are the context's */
-    pthread_mutex_lock(&ctx->reg_lock);
-    size_t keep = 0;
-    for (size_t i = 0; i < ctx->reg_nstage; i++) {
-        const shs__reg_stage_t *e = &ctx->reg_stage[i];
-        const shs__peer_t *peer = &ctx->peers[e->rank];
-        if (e->gen != atomic_load(&peer->gen))
-            continue; /* an older incarnation's */
-        if (atomic_load(&peer->revive) != SHS__REVIVE_IDLE) {
-            ctx->reg_stage[keep++] = *e; /* after its queue pairs, next time */
-            atomic_store(&ctx->revive_pending, 1);
-            continue;
-        }
-        shs_region_t *r = ctx->regions;
-        while (r != NULL && r->seq != e->seq)
-            r = r->next;
-        if (r != NULL)
-            r->remote[e->rank] = e->remote;
-        else
-            SHS_WARN("rank %d announced region #%u, which this rank does not have", e->rank,
-                     e->seq);
-    }
-    ctx->reg_nstage = keep;
-    pthread_mutex_unlock(&ctx->reg_lock);
 }
 
 void shs__rejoin_free(shs_ctx_t *ctx)
@@ -134,8 +103,6 @@ void shs__rejoin_free(shs_ctx_t *ctx)
         free(ctx->rj_table[s]);
     free(ctx->rj_table);
     free(ctx->rj_count);
-    free(ctx->reg_stage);
     ctx->rj_table = NULL;
     ctx->rj_count = NULL;
-    ctx->reg_stage = NULL;
 }

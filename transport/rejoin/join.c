@@ -7,12 +7,15 @@
  * rendezvous, then asks each living rank's service to CONNECT it: the
  * service makes new queue pairs towards it (staged on the peer), answers
  * with their numbers, its scratch key, its barrier count and its table of
- * regions (matched by creation order), and the thread that drives the
- * context installs them at its next poll: the old queue pairs destroyed and
- * their completions drained, the peer no longer failed. Each region the
- * rejoiner then creates is announced to every living rank (REGION), whose
- * copy of the rejoiner's key is installed the same way; until then the
- * rejoiner's copy of a region is out of bounds here, not a failure.
+ * the regions it holds, and the thread that drives the context installs
+ * them at its next poll: the old queue pairs destroyed and their completions
+ * drained, the peer no longer failed. The rejoiner's k-th region is the k-th
+ * region the job still holds (regions the job made and destroyed, such as a
+ * start-up check's, are not made again); it is announced to every living
+ * rank (REGION) under the job's number, and the key taken in at once (the
+ * old incarnation's keys were forgotten when it was staged); until then an
+ * operation on the rejoiner's copy returns SHS_ERR_PEER_FAILED, not a
+ * failure of the peer.
  *
  * Endpoints are matched by creation order like regions: the rejoiner's
  * endpoint k asks each living rank's endpoint k (ENDPOINT), installed at
@@ -30,6 +33,12 @@
 #include "transport/rejoin/rejoin.h"
 
 /* ---- the rejoiner ---- */
+
+static int by_seq(const void *a, const void *b)
+{
+    uint32_t x = ((const shs__reg_entry_t *)a)->seq, y = ((const shs__reg_entry_t *)b)->seq;
+    return (x > y) - (x < y);
+}
 
 /* A status that says the other rank is gone or would not take this one
  * (go on without it: it counts this rank failed), not that the job refused
@@ -95,6 +104,9 @@ static shs_status_t connect_one(shs_ctx_t *ctx, int s, uint8_t *req, uint64_t *b
             ctx->rj_table[s][i].remote = get_remote(&p);
         }
         ctx->rj_count[s] = n;
+        /* in creation order: this rank's k-th region is the k-th of these */
+        if (st == SHS_OK)
+            qsort(ctx->rj_table[s], n, sizeof(shs__reg_entry_t), by_seq);
     }
     free(reply);
     return st;
@@ -183,31 +195,53 @@ shs_status_t shs__rejoin_connect(shs_ctx_t *ctx)
     return SHS_OK;
 }
 
+/* Its k-th region is the k-th the job still holds (rejoin.h): the
+ * numbers the living ranks gave it, the same on each. */
+bool shs__rejoin_replaying(const shs_ctx_t *ctx)
+{
+    if (!ctx->rejoined || ctx->rj_count == NULL)
+        return false;
+    for (int s = 0; s < ctx->size; s++)
+        if (s != ctx->rank && !shs__peer_is_failed(&ctx->peers[s]))
+            return ctx->rj_regions < ctx->rj_count[s];
+    return false;
+}
+
 shs_status_t shs__rejoin_region(shs_ctx_t *ctx, shs_region_t *region)
 {
     uint8_t req[4 + 4 + REMOTE_LEN];
+    size_t k = ctx->rj_regions;
+    bool numbered = false;
+    for (int s = 0; s < ctx->size; s++) {
+        if (s == ctx->rank || shs__peer_is_failed(&ctx->peers[s]))
+            continue;
+        if (k >= ctx->rj_count[s]) {
+            SHS_ERROR("rejoin: rank %d holds %zu regions and this is this rank's region %zu: "
+                      "a rejoined rank creates, in order, the regions the job holds (not "
+                      "those it created and destroyed)", s, ctx->rj_count[s], k + 1);
+            return SHS_ERR_CONFIG;
+        }
+        const shs__reg_entry_t *e = &ctx->rj_table[s][k];
+        if (!region->uneven && e->remote.len != region->len) {
+            SHS_ERROR("rejoin: rank %d's region %zu (#%u) has %llu bytes, this rank's %zu: a "
+                      "rejoined rank creates, in order, the regions the job holds", s, k + 1,
+                      e->seq, (unsigned long long)e->remote.len, region->len);
+            return SHS_ERR_SIZE_MISMATCH;
+        }
+        if (numbered && e->seq != region->seq) {
+            SHS_ERROR("rejoin: rank %d numbers the job's region %zu #%u, another rank #%u",
+                      s, k + 1, e->seq, region->seq);
+            return SHS_ERR_PROTOCOL;
+        }
+        region->seq = e->seq;
+        numbered = true;
+        region->remote[s] = e->remote;
+    }
     uint8_t *o = put32(put32(req, OP_REGION), region->seq);
     put_remote(o, &region->remote[ctx->rank]);
     for (int s = 0; s < ctx->size; s++) {
         if (s == ctx->rank || shs__peer_is_failed(&ctx->peers[s]))
             continue;
-        const shs__reg_entry_t *e = NULL;
-        for (size_t i = 0; i < ctx->rj_count[s] && e == NULL; i++)
-            if (ctx->rj_table[s][i].seq == region->seq)
-                e = &ctx->rj_table[s][i];
-        if (e == NULL) {
-            SHS_ERROR("rejoin: rank %d has no region #%u: a rejoined rank must create its "
-                      "regions in the order the job created them, and only those",
-                      s, region->seq);
-            return SHS_ERR_CONFIG;
-        }
-        if (!region->uneven && e->remote.len != region->len) {
-            SHS_ERROR("rejoin: rank %d's region #%u has %llu bytes, this rank's %zu: a "
-                      "rejoined rank must create the regions the job created", s,
-                      region->seq, (unsigned long long)e->remote.len, region->len);
-            return SHS_ERR_SIZE_MISMATCH;
-        }
-        region->remote[s] = e->remote;
         void *reply = NULL;
         size_t rlen = 0;
         shs_status_t st = shs__boot_request(ctx->boot, shs__boot_dir_addr(ctx->boot, s), req,

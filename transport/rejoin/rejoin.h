@@ -27,13 +27,6 @@ typedef struct shs__reg_entry {
     shs__remote_t remote;
 } shs__reg_entry_t;
 
-typedef struct shs__reg_stage {
-    int rank;
-    unsigned gen;  /* the rejoiner's incarnation that announced it */
-    uint32_t seq;
-    shs__remote_t remote;
-} shs__reg_stage_t;
-
 /* ---- big-endian fields ---- */
 
 static inline uint8_t *put32(uint8_t *p, uint32_t v)

@@ -22,10 +22,16 @@ static bool ctx_is_rendezvous(void *arg)
     return ctx->rank < ctx->naddrs;
 }
 
+/* Alive: not failed, or failed in an incarnation older than the one that
+ * rejoined since (staged here, or connected on endpoints, while the
+ * context's own thread has not polled it back yet: a directory must not
+ * call a rank that rejoined dead). */
 static bool ctx_is_alive(void *arg, int rank)
 {
     const shs_ctx_t *ctx = arg;
-    return rank == ctx->rank || !shs__peer_is_failed(&ctx->peers[rank]);
+    const shs__peer_t *p = &ctx->peers[rank];
+    return rank == ctx->rank || !shs__peer_is_failed(p) ||
+           atomic_load(&p->fail_gen) != atomic_load(&p->gen);
 }
 
 /* Queue pairs of ctx (a context or one of its endpoints) towards a
@@ -150,6 +156,12 @@ static shs_status_t serve_connect(shs_ctx_t *ctx, int rank, const uint8_t *p, si
      * queue pairs to the old one are dead until each endpoint is connected
      * again), no barrier counting it until it names its first
      * (OP_FIRST_BARRIER), then staged, then the wake-up. */
+    /* its copies of the regions are unknown until it announces them (the
+     * old incarnation's keys would reach the new process's memory) */
+    pthread_mutex_lock(&ctx->reg_lock);
+    for (shs_region_t *r = ctx->regions; r != NULL; r = r->next)
+        __atomic_store_n(&r->remote[rank].len, 0, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&ctx->reg_lock);
     pthread_mutex_lock(&ctx->bar_lock);
     put64(bar, __atomic_load_n(&ctx->bar_epoch, __ATOMIC_RELAXED));
     __atomic_store_n((uint64_t *)((char *)ctx->scratch + SHS__SCRATCH_ARRIVE +
@@ -196,9 +208,12 @@ static shs_status_t serve_endpoint(shs_ctx_t *ctx, int rank, uint32_t seq, const
     while (ep != NULL && ep->ep_seq != seq)
         ep = ep->ep_next;
     if (ep == NULL) {
-        snprintf(why, wl, "rank %d has no endpoint #%u (made after start-up, or destroyed): a "
-                 "rejoined rank must make its endpoints in the order the job made them",
-                 ctx->rank, seq);
+        int nl = 0;
+        for (shs_ctx_t *e = ctx->eps; e != NULL; e = e->ep_next)
+            nl++;
+        snprintf(why, wl, "rank %d has no endpoint #%u (made after start-up, or destroyed; it "
+                 "has %d): a rejoined rank must make its endpoints in the order the job made "
+                 "them", ctx->rank, seq, nl);
         st = SHS_ERR_CONFIG;
     } else if (atomic_load(&ctx->peers[rank].revive) == SHS__REVIVE_IDLE &&
                shs__peer_is_failed(&ctx->peers[rank])) {
@@ -233,23 +248,27 @@ static shs_status_t serve_region(shs_ctx_t *ctx, int rank, const uint8_t *p, siz
         snprintf(why, wl, "rank %d has not connected to rank %d", rank, ctx->rank);
         return SHS_ERR_BAD_STATE;
     }
-    shs__reg_stage_t e = {.rank = rank, .gen = atomic_load(&peer->gen)};
-    e.seq = get32(&p);
-    e.remote = get_remote(&p);
+    uint32_t seq = get32(&p);
+    shs__remote_t rm = get_remote(&p);
+    /* taken in at once, under the region list's lock, length last: a
+     * thread that posts to the rank reads the length first (rma.c) and
+     * sees either none or the whole new key; the rank's endpoints may run
+     * with it before the context's own thread takes it back */
     pthread_mutex_lock(&ctx->reg_lock);
-    if (ctx->reg_nstage == ctx->reg_capstage) {
-        size_t cap = ctx->reg_capstage ? 2 * ctx->reg_capstage : 16;
-        shs__reg_stage_t *g = realloc(ctx->reg_stage, cap * sizeof(*g));
-        if (g == NULL) {
-            pthread_mutex_unlock(&ctx->reg_lock);
-            return SHS_ERR_NO_MEMORY;
-        }
-        ctx->reg_stage = g;
-        ctx->reg_capstage = cap;
+    shs_region_t *r = ctx->regions;
+    while (r != NULL && r->seq != seq)
+        r = r->next;
+    if (r != NULL) {
+        shs__remote_t *dst = &r->remote[rank];
+        __atomic_store_n(&dst->len, 0, __ATOMIC_RELEASE);
+        dst->addr = rm.addr;
+        dst->rkey = rm.rkey;
+        dst->flags = rm.flags;
+        __atomic_store_n(&dst->len, rm.len, __ATOMIC_RELEASE);
     }
-    ctx->reg_stage[ctx->reg_nstage++] = e;
     pthread_mutex_unlock(&ctx->reg_lock);
-    atomic_store(&ctx->revive_pending, 1);
+    if (r == NULL)
+        SHS_WARN("rank %d announced region #%u, which this rank does not have", rank, seq);
     return SHS_OK;
 }
 
