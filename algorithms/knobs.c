@@ -21,3 +21,5 @@ const shs__knob_table_t *const shs__knob_tables[] = {
 
 const char *const shs__wire_words[] = {"native", "bf16", NULL};
 const int shs__wire_values[] = {SHS_WIRE_NATIVE, SHS_WIRE_BF16};
+const char *const shs__seed_words[] = {"peer", "own", NULL};
+const int shs__seed_values[] = {SHS__SEED_PEER, SHS__SEED_OWN};

@@ -13,4 +13,9 @@ extern const shs__knob_table_t shs__emb_knob_table;    /* algorithms/emb_knobs.c
 extern const char *const shs__wire_words[];
 extern const int shs__wire_values[];
 
+/* SHS_SHADOW_REJOIN_SEED: where a rejoined rank's engine takes its model. */
+enum { SHS__SEED_PEER = 0, SHS__SEED_OWN = 1 };
+extern const char *const shs__seed_words[];
+extern const int shs__seed_values[];
+
 #endif

@@ -49,6 +49,14 @@ static const shs__knob_t shadow_knobs[] = {
     SHS_KNOB_ENUM("SHS_SHADOW_WIRE", shadow_wire, "native", shs__wire_words, shs__wire_values,
                   "shadow engine: published snapshots as native float32 or bf16 (half the bytes; "
                   "MA and BMUF on the pull path)"),
+    /* peer: a rank that rejoined a running job (SHS_REJOIN) starts from the
+     * model its group averages, one read of a living peer's newest
+     * snapshot; own: from the model the program put in the region (its
+     * checkpoint), which the rounds then pull towards the others'. */
+    SHS_KNOB_ENUM("SHS_SHADOW_REJOIN_SEED", shadow_rejoin_seed, "peer", shs__seed_words,
+                  shs__seed_values,
+                  "shadow engine on a rank that rejoined a running job: start from a living "
+                  "peer's published snapshot (peer) or from the program's own model (own)"),
 };
 
 const shs__knob_table_t shs__shadow_knob_table = SHS_KNOB_TABLE("algorithms", shadow_knobs, NULL);

@@ -78,6 +78,7 @@ typedef struct shs__config {
     int shadow_straggler_ms;   /* SHS_SHADOW_STRAGGLER_MS straggler bound (-1 auto) */
     int shadow_nap;            /* SHS_SHADOW_NAP % of a pull's expected time slept, not polled */
     int shadow_wire;           /* SHS_SHADOW_WIRE shs_wire_t of the published snapshots */
+    int shadow_rejoin_seed;    /* SHS_SHADOW_REJOIN_SEED SHS__SEED_* (a rejoined rank's model) */
     /* collectives (algorithms/coll_knobs.c, read by algorithms/coll/) */
     size_t coll_chunk;         /* SHS_COLL_CHUNK bytes per inbox slot (pipelined chunk) */
     int coll_slots;            /* SHS_COLL_SLOTS inbox slots (credits) per receiver */

@@ -4,7 +4,7 @@
  * start them.
  *
  *   shs-launch -n N [--timeout S] [--need-rdma] [--env NAME=VALUE]...
- *              [--expect-kill R] -- CMD [ARGS...]
+ *              [--expect-kill R] [--restart R|any]... -- CMD [ARGS...]
  *
  * Each rank is CMD run with SHS_RANK (0..N-1), SHS_SIZE = N, SHS_BOOTSTRAP =
  * 127.0.0.1:<a free port> and SHS_JOB_TOKEN = a token unique to this launch;
@@ -14,6 +14,11 @@
  * others get SIGTERM and, 2 s later, SIGKILL. With --expect-kill R (fault
  * tests), rank R ending by SIGKILL is what the test wants: the others keep
  * running, and rank R must end that way (any other end of it is a failure).
+ * With --restart R (or any: every rank), rank R ending by SIGKILL is
+ * started again, as often as it happens, with SHS_REJOIN=1: it rejoins the
+ * running job (docs/failures.md). For that SHS_BOOTSTRAP lists one
+ * 127.0.0.1:<port> per rank (the rendezvous moves to the lowest living
+ * rank when rank 0 is gone) and SHS_CONNECT is oob unless set.
  *
  * Exit status: 0 when every rank exits 0; 77 when every rank exits 77 (no
  * RDMA device: CTest's "Not Run"), or with --need-rdma when
@@ -70,7 +75,40 @@ static int free_tcp_port(void)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: shs-launch -n N [--timeout S] [--need-rdma] [--env NAME=VALUE]... "
-               "[--expect-kill R] -- CMD [ARGS...]\n");
+               "[--expect-kill R] [--restart R|any]... -- CMD [ARGS...]\n");
+}
+
+/* Start rank r of CMD (argv); rejoin: with SHS_REJOIN=1 (a restart). */
+static pid_t start_rank(int r, char **argv, bool rejoin)
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    char num[16];
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    snprintf(num, sizeof(num), "%d", r);
+    setenv("SHS_RANK", num, 1);
+    if (rejoin)
+        setenv("SHS_REJOIN", "1", 1);
+    execvp(argv[0], argv);
+    fprintf(stderr, "shs-launch: cannot run %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+}
+
+/* SHS_BOOTSTRAP for a job with restarts: an address per rank. */
+static int bootstrap_list(int n, char *buf, size_t len)
+{
+    size_t o = 0;
+    for (int r = 0; r < n; r++) {
+        int port = free_tcp_port();
+        if (port < 0)
+            return -1;
+        int k = snprintf(buf + o, len - o, "%s127.0.0.1:%d", r > 0 ? "," : "", port);
+        if (k < 0 || (size_t)k >= len - o)
+            return -1;
+        o += (size_t)k;
+    }
+    return 0;
 }
 
 static void signal_all(pid_t *pids, int n, int sig)
@@ -86,7 +124,10 @@ int main(int argc, char **argv)
     double timeout = 600;
     bool need_rdma = false;
     int expect_kill = -1;
+    static bool restart[MAX_RANKS];
+    bool any_restart = false;
     static const struct option opts[] = {{"timeout", required_argument, NULL, 't'},
+                                         {"restart", required_argument, NULL, 'R'},
                                          {"need-rdma", no_argument, NULL, 'r'},
                                          {"env", required_argument, NULL, 'e'},
                                          {"expect-kill", required_argument, NULL, 'k'},
@@ -99,6 +140,18 @@ int main(int argc, char **argv)
         case 't': timeout = atof(optarg); break;
         case 'r': need_rdma = true; break;
         case 'k': expect_kill = atoi(optarg); break;
+        case 'R':
+            if (strcmp(optarg, "any") == 0) {
+                for (int r = 0; r < MAX_RANKS; r++)
+                    restart[r] = true;
+            } else if (atoi(optarg) < 0 || atoi(optarg) >= MAX_RANKS) {
+                fprintf(stderr, "shs-launch: bad --restart %s\n", optarg);
+                return RC_USAGE;
+            } else {
+                restart[atoi(optarg)] = true;
+            }
+            any_restart = true;
+            break;
         case 'e':
             if (strchr(optarg, '=') == NULL || putenv(optarg) != 0) {
                 fprintf(stderr, "shs-launch: bad --env %s\n", optarg);
@@ -118,12 +171,21 @@ int main(int argc, char **argv)
         return RC_SKIP;
     }
 
-    char boot[64], token[64], num[16];
+    static char boot[MAX_RANKS * 24];
+    char token[64], num[16];
     int port = free_tcp_port();
     if (port < 0)
         return 1;
     snprintf(boot, sizeof(boot), "127.0.0.1:%d", port);
     snprintf(token, sizeof(token), "shs-launch-%d-%d", (int)getpid(), port);
+    if (any_restart) {
+        if (bootstrap_list(n, boot, sizeof(boot)) != 0)
+            return 1;
+        if (getenv("SHS_CONNECT") == NULL) {
+            setenv("SHS_CONNECT", "oob", 1);
+            fprintf(stderr, "shs-launch: --restart: SHS_CONNECT=oob (rejoining needs it)\n");
+        }
+    }
     setenv("SHS_BOOTSTRAP", boot, 1);
     setenv("SHS_JOB_TOKEN", token, 1);
     snprintf(num, sizeof(num), "%d", n);
@@ -133,23 +195,15 @@ int main(int argc, char **argv)
 
     pid_t pids[MAX_RANKS];
     for (int r = 0; r < n; r++) {
-        pids[r] = fork();
+        pids[r] = start_rank(r, argv + optind, false);
         if (pids[r] < 0) {
             perror("shs-launch: fork");
             signal_all(pids, r, SIGKILL);
             return 1;
         }
-        if (pids[r] == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            snprintf(num, sizeof(num), "%d", r);
-            setenv("SHS_RANK", num, 1);
-            execvp(argv[optind], argv + optind);
-            fprintf(stderr, "shs-launch: cannot run %s: %s\n", argv[optind], strerror(errno));
-            _exit(127);
-        }
     }
 
-    int rc = -1, left = n, skipped = 0;
+    int rc = -1, left = n, skipped = 0, restarts = 0;
     double start = now_s(), kill_at = 0;
     bool termed = false;
     while (left > 0) {
@@ -181,6 +235,15 @@ int main(int argc, char **argv)
         if (r == n)
             continue;
         pids[r] = -1;
+        if (restart[r] && !termed && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+            pids[r] = start_rank(r, argv + optind, true);
+            restarts++;
+            fprintf(stderr, "shs-launch: rank %d was killed (SIGKILL); started again to rejoin "
+                            "(restart %d)\n", r, restarts);
+            if (pids[r] > 0)
+                continue;
+            perror("shs-launch: fork");
+        }
         left--;
         int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         if (r == expect_kill && !termed) {

@@ -12,6 +12,20 @@
  * of F_r (with another) averages over exactly F_r and applies mean - own
  * snapshot, which sum to zero over F_r; a member out of F_r applies nothing.
  *
+ * Views: members form round r's group from their membership views (view.h),
+ * which differ for a few rounds after a failure or a rejoin, and then so do
+ * their groups. Each member publishes, with its round-r snapshot, the
+ * digest of the view its group came from; a verdict word carries the
+ * digest of the member that decided it; a member votes a peer in only when
+ * the peer's published digest is its own, and takes a word as "in" only
+ * when the word's digest is its own. So every member of F_r as one member
+ * sees it has that member's digest, hence the same living ranks and the
+ * same group, and sees the same F_r: the rule above holds within each
+ * digest, and members of different views never average together. (The
+ * digest is 27 bits of a hash: two different views that coexist collide
+ * with odds of 2^-27.) A member alone in its view sits the round out as if
+ * left out, until the gossip has made the views agree.
+ *
  * Withdrawal: a member whose own word no one decided within the straggler
  * bound (the members that took it in stopped, or died, before deciding
  * it) withdraws: it stores out = r + 1 in its header (one mark per slot:
@@ -55,19 +69,32 @@
 #include "runtime/log.h"
 
 #define VERDICT_IN 1u
+/* A verdict word: (r + 1) << VERDICT_ROUND_SHIFT | digest << 1 | in, where
+ * digest is the view digest (view.h) of the member that decided it: only
+ * members whose round-r group came from the same view take it as "in" (the
+ * rule at the top, "Views"). 2^36 rounds. */
+#define VERDICT_ROUND_SHIFT (SHS__VIEW_DIGEST_BITS + 1)
+#define VERDICT_DIG_MASK ((1ull << SHS__VIEW_DIGEST_BITS) - 1u)
 /* The auto bound: this many times the median full round, at least the floor. */
 #define STRAGGLER_X 4
 #define STRAGGLER_FLOOR_MS 200
 
-static uint64_t verdict_word(uint64_t r, bool in)
+static uint64_t verdict_word(uint64_t r, uint32_t dig, bool in)
 {
-    return ((r + 1) << 1) | (in ? VERDICT_IN : 0u);
+    return ((r + 1) << VERDICT_ROUND_SHIFT) | ((uint64_t)(dig & VERDICT_DIG_MASK) << 1) |
+           (in ? VERDICT_IN : 0u);
 }
 
 /* The round a verdict word decides (UINT64_MAX: none yet). */
 static uint64_t verdict_round(uint64_t w)
 {
-    return w == 0 ? UINT64_MAX : (w >> 1) - 1;
+    return w == 0 ? UINT64_MAX : (w >> VERDICT_ROUND_SHIFT) - 1;
+}
+
+/* Whether verdict word w takes its owner in for members of view digest dig. */
+static bool verdict_in(uint64_t w, uint32_t dig)
+{
+    return (w & VERDICT_IN) != 0 && ((w >> 1) & VERDICT_DIG_MASK) == (dig & VERDICT_DIG_MASK);
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -180,7 +207,8 @@ void shs__sit_out(shs_shadow_t *sh, uint64_t r)
     SHS_DEBUG("shadow: sitting round %llu out (at %.3f s)", (unsigned long long)r,
               (double)shs__now_ns() / 1e9);
     /* the conclusion first: nothing was published, no one can take it in */
-    __atomic_store_n(&sh->hdr->out_v[r & 1], verdict_word(r, false), __ATOMIC_RELEASE);
+    __atomic_store_n(&sh->hdr->out_v[r & 1], verdict_word(r, sh->grp_dig, false),
+                     __ATOMIC_RELEASE);
     __atomic_store_n(&sh->hdr->out[r & 1], r + 1, __ATOMIC_RELEASE);
     shs__stat_add(&sh->st.left_out, 1);
     set_done(sh, r + 1);
@@ -193,10 +221,10 @@ static bool withdraw(shs_shadow_t *sh, uint64_t r)
     __atomic_store_n(&sh->hdr->out[r & 1], r + 1, __ATOMIC_SEQ_CST);
     atomic_thread_fence(memory_order_seq_cst);
     uint64_t w = __atomic_load_n(&sh->admit[r % SHS__ADMIT_WORDS], __ATOMIC_SEQ_CST);
-    if (verdict_round(w) != r)
-        w = verdict_word(r, false);
+    if (verdict_round(w) != r || !verdict_in(w, sh->grp_dig))
+        w = verdict_word(r, sh->grp_dig, false);
     __atomic_store_n(&sh->hdr->out_v[r & 1], w, __ATOMIC_RELEASE);
-    return (w & VERDICT_IN) != 0;
+    return verdict_in(w, sh->grp_dig);
 }
 
 int shs__withdrew(const shs__pub_hdr_t *h, uint64_t r)
@@ -219,7 +247,7 @@ static int want_of(shs_shadow_t *sh, uint64_t r, int p, const shs__pub_hdr_t *h)
     if (wd != 0)
         return wd > 0 ? 1 : 0; /* it withdrew (out), or is about to say whether */
     if (shs__slot_written(h, s) && h->round[s] == r)
-        return 2;
+        return h->memb[s] == sh->grp_dig ? 2 : 1; /* another view: not in this one's round */
     if (h->stopped != 0 || h->out[r & 1] == r + 1 || shs__published_plus1(h) > r + 1)
         return 1; /* stopped, sitting out, or caught up past r: it never publishes r */
     /* a member at most a round behind (it has finished round r - 2) gets the
@@ -234,7 +262,9 @@ static int want_of(shs_shadow_t *sh, uint64_t r, int p, const shs__pub_hdr_t *h)
  * it is a straggler, and counted. */
 static uint8_t decided(shs_shadow_t *sh, int p, bool in, uint64_t r, const shs__pub_hdr_t *h)
 {
-    bool straggler = !in && h->stopped == 0 && h->out[r & 1] != r + 1;
+    int s = (int)(r & 1);
+    bool other_view = shs__slot_written(h, s) && h->round[s] == r && h->memb[s] != sh->grp_dig;
+    bool straggler = !in && h->stopped == 0 && h->out[r & 1] != r + 1 && !other_view;
     if (straggler) {
         shs__stat_add(&sh->st.straggler_skips, 1);
         shs__stat_add(&sh->st.peer_skips[p], 1);
@@ -273,7 +303,7 @@ static uint8_t classify_verdict(shs_shadow_t *sh, shs__hdr_wait_t *hw, int p,
     for (int tries = 0; tries < 2; tries++) {
         uint64_t vr = verdict_round(w);
         if (vr == r)
-            return decided(sh, p, (w & VERDICT_IN) != 0, r, h);
+            return decided(sh, p, verdict_in(w, sh->grp_dig), r, h);
         if (vr != UINT64_MAX && vr > r) {
             /* this rank fell SHS__ADMIT_WORDS rounds behind inside round r */
             SHS_ERROR("shadow round %llu: peer %d's verdict was overwritten by round %llu: "
@@ -293,7 +323,7 @@ static uint8_t classify_verdict(shs_shadow_t *sh, shs__hdr_wait_t *hw, int p,
             return decided(sh, p, false, r, h);
         shs_status_t st = shs_cas(sh->io, p, sh->scratch, loc, sh->admit_reg,
                                   (size_t)(r % SHS__ADMIT_WORDS) * 8, w,
-                                  verdict_word(r, want == 2), SHS_OP_SIGNAL);
+                                  verdict_word(r, sh->grp_dig, want == 2), SHS_OP_SIGNAL);
         if (st == SHS_OK)
             st = shs__flush_peer(sh, p);
         if (st != SHS_OK) {
@@ -358,7 +388,7 @@ shs_status_t shs__decide_members(shs_shadow_t *sh, const shs_group_t *grp, uint6
     shs_status_t st = shs__shadow_wait_ms(sh, own_decided, &ow, false, left);
     if (st == SHS_OK && !ow.orphaned) {
         uint64_t w = __atomic_load_n(&sh->admit[r % SHS__ADMIT_WORDS], __ATOMIC_ACQUIRE);
-        *in = (w & VERDICT_IN) != 0;
+        *in = verdict_in(w, sh->grp_dig);
     } else {
         *in = withdraw(sh, r);
         SHS_DEBUG("shadow round %llu: no member decided whether this rank is in within "
@@ -391,11 +421,43 @@ static uint64_t catch_up_round(shs_shadow_t *sh, uint64_t r)
     }
     if (top == 0)
         return r + 1;
+    /* every living peer is behind: running on alone would only take this
+     * rank further ahead (an idle round is fast), where no one meets it;
+     * it waits for them first (shs__hold_ahead) */
+    sh->ahead = top <= r;
     /* the far-behind rule needs done + SHS__ADMIT_WORDS <= that round; half
      * the span leaves a margin for an older done a peer may have read */
     uint64_t done = __atomic_load_n(&sh->hdr->done, __ATOMIC_RELAXED);
     uint64_t next = done + SHS__ADMIT_WORDS / 2 > top - 1 ? top - 1 : top;
     return next > r + 1 ? next : r + 1;
+}
+
+/* Some living peer has published round hw->r (published_seen: plus one). */
+static bool caught_up(shs_shadow_t *sh, void *arg)
+{
+    const uint64_t *want = arg;
+    for (int p = 0; p < sh->size; p++) {
+        if (p == sh->rank || shs__view_is_dead(&sh->view, p) ||
+            shs__read_header(sh, p, 0) != SHS_OK)
+            continue;
+        shs__note_published(sh, p, (const shs__pub_hdr_t *)sh->scratch_mem);
+        if (sh->published_seen[p] >= *want)
+            return true;
+    }
+    return false;
+}
+
+void shs__hold_ahead(shs_shadow_t *sh)
+{
+    if (!sh->ahead)
+        return;
+    sh->ahead = false;
+    /* until a peer has published the round before this rank's next one,
+     * within the straggler bound (peers that are stuck are not waited for
+     * longer: this rank goes on, and they catch up when they continue) */
+    uint64_t r = atomic_load_explicit(&sh->round, SHS__RELAXED);
+    uint64_t want = r; /* published_seen counts rounds plus one: round r - 1 */
+    (void)shs__shadow_wait_ms(sh, caught_up, &want, true, straggler_ms(sh));
 }
 
 void shs__round_done(shs_shadow_t *sh, const shs_group_t *grp, uint64_t r, bool applied)

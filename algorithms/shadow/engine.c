@@ -141,6 +141,7 @@ static void free_peers(shs_shadow_t *sh)
     free(sh->warned);
     free(sh->done_seen);
     free(sh->late);
+    free(sh->told_seen);
     free((void *)sh->st.last_read_ns);
     free((void *)sh->st.peer_skips);
     free(sh->wg);
@@ -159,11 +160,12 @@ static shs_status_t alloc_peers(shs_shadow_t *sh)
     sh->warned = calloc(np, sizeof(bool));
     sh->done_seen = calloc(np, sizeof(uint64_t));
     sh->late = calloc(np, sizeof(bool));
+    sh->told_seen = calloc(np, sizeof(uint64_t));
     sh->st.last_read_ns = calloc(np, sizeof(uint64_t));
     sh->st.peer_skips = calloc(np, sizeof(uint64_t));
     if (sh->published_seen == NULL || sh->seen_seq == NULL || sh->state == NULL ||
         sh->warned == NULL || sh->st.last_read_ns == NULL || sh->st.peer_skips == NULL ||
-        sh->done_seen == NULL || sh->late == NULL)
+        sh->done_seen == NULL || sh->late == NULL || sh->told_seen == NULL)
         return SHS_ERR_NO_MEMORY;
     if (sh->cfg.algo == SHS_SHADOW_BMUF) {
         sh->wg = malloc(sh->n * sizeof(float));
@@ -184,7 +186,7 @@ static shs_status_t alloc_peers(shs_shadow_t *sh)
 
 /* The common regions, in the same order on every rank: pub, scratch, acc,
  * admit. Scratch: header read-backs (two per member), one word per member
- * (verdicts), the receive chunks. */
+ * (verdicts), a told table, the receive chunks. */
 static shs_status_t alloc_regions(shs_shadow_t *sh)
 {
     size_t gm1 = (size_t)(sh->cfg.gmax > 1 ? sh->cfg.gmax - 1 : 1);
@@ -200,7 +202,8 @@ static shs_status_t alloc_regions(shs_shadow_t *sh)
     __atomic_store_n(&sh->hdr->wire, 1u + (unsigned)sh->cfg.wire, __ATOMIC_RELEASE);
 
     sh->word_off = ALIGN_UP(2 * (size_t)SHS_GROUP_MAX * SHS__HDR_BYTES, 8);
-    sh->recv_off = ALIGN_UP(sh->word_off + (size_t)SHS_GROUP_MAX * 8, 64);
+    sh->told_off = ALIGN_UP(sh->word_off + (size_t)SHS_GROUP_MAX * 8, 64);
+    sh->recv_off = ALIGN_UP(sh->told_off + SHS__VIEW_TOLD_RANKS * sizeof(shs__life_t), 64);
     st = shs_region_alloc(sh->ctx, sh->recv_off + gm1 * sh->cfg.chunk * sizeof(float),
                           SHS_ACCESS_LOCAL_WRITE, &sh->scratch);
     if (st != SHS_OK)
@@ -252,10 +255,21 @@ static shs_status_t check_model(shs_ctx_t *ctx, shs_region_t *model, size_t offs
                   offset, count, shs_region_len(model));
         return SHS_ERR_INVALID_ARG;
     }
-    if (shs__ctx_refused(ctx, "shs_shadow_create"))
-        return SHS_ERR_BAD_STATE;
-    /* its rounds would count the others in while theirs count it failed */
-    return shs__ctx_rejoin_refused(ctx, "shs_shadow_create") ? SHS_ERR_UNSUPPORTED : SHS_OK;
+    return shs__ctx_refused(ctx, "shs_shadow_create") ? SHS_ERR_BAD_STATE : SHS_OK;
+}
+
+/* A rank that rejoined a running job takes the pull or live path (MA,
+ * BMUF): the ring path's and EASGD's set-up is collective among ranks that
+ * create their engines together, which the running ranks did long ago. */
+static shs_status_t check_rejoin(const shs_shadow_t *sh)
+{
+    if (!shs__ctx_is_rejoined(sh->ctx) || sh->ops->setup == NULL)
+        return SHS_OK;
+    SHS_ERROR("shs_shadow_create: refused on a rank that rejoined a running job: the %s path "
+              "sets up a collective with the ranks that created their engines together; "
+              "a rejoined rank takes the pull or live path (MA, BMUF): docs/failures.md",
+              sh->ops->name);
+    return SHS_ERR_UNSUPPORTED;
 }
 
 shs_status_t shs_shadow_create(shs_ctx_t *ctx, shs_region_t *model, size_t offset, size_t count,
@@ -280,6 +294,9 @@ shs_status_t shs_shadow_create(shs_ctx_t *ctx, shs_region_t *model, size_t offse
     if (st != SHS_OK)
         goto err_free;
     sh->ops = choose_path(&sh->cfg);
+    st = check_rejoin(sh);
+    if (st != SHS_OK)
+        goto err_free;
     st = alloc_peers(sh);
     if (st != SHS_OK)
         goto err_free_peers;
@@ -290,10 +307,14 @@ shs_status_t shs_shadow_create(shs_ctx_t *ctx, shs_region_t *model, size_t offse
     st = alloc_regions(sh);
     if (st != SHS_OK)
         goto err_destroy_io;
-    st = shs__view_init(&sh->view, sh->rank, sh->size, sh->hdr->failed);
+    st = shs__view_init(&sh->view, sh->rank, sh->size,
+                        (shs__life_t *)(void *)((uint8_t *)sh->hdr + SHS__PUB_TOLD_OFF),
+                        &sh->hdr->told_ver);
     if (st != SHS_OK)
         goto err_free_regions;
     st = sh->ops->setup != NULL ? sh->ops->setup(sh) : SHS_OK;
+    if (st == SHS_OK && shs__ctx_is_rejoined(ctx))
+        st = shs__rejoin_seed(sh);
     if (st != SHS_OK)
         goto err_fini_view;
 

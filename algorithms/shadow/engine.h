@@ -9,14 +9,17 @@
  *   snapshot.c    published headers: seqlock writer, header reads, the
  *                 engine's one wait skeleton, the failure glue
  *   admit.c       stragglers: the agreed verdicts, the slot guard, catch-up
+ *   rejoin.c      a rank that rejoined: its view, model and first round
  *   path_pull.c   the pull and live data paths (RDMA READ of the snapshots)
  *   path_ring.c   the ring data path (check-in, ring allreduce)
  *   path_easgd.c  EASGD: the center slices and the inboxes
  *   stats.c       statistics
  *
  * Memory of one engine (n = model elements, g = largest group):
- *   pub      REMOTE_READ   header (stamps, stopped flag) + two snapshot slots
- *   scratch  LOCAL_WRITE   header read-backs + (g - 1) receive chunks
+ *   pub      REMOTE_READ   header (stamps, stopped flag), the told table (the
+ *                          membership gossip), two snapshot slots
+ *   scratch  LOCAL_WRITE   header read-backs, a told table's read-back,
+ *                          (g - 1) receive chunks
  *   acc      LOCAL_WRITE   n floats: the round's mean / result; EASGD: the
  *                          center as read
  *   admit    REMOTE_ATOMIC SHS__ADMIT_WORDS verdict words (8 KiB), swapped
@@ -49,7 +52,8 @@ typedef struct shs__pub_hdr {
     uint64_t checkin;  /* ring path: (round << 1) | leaving, written once per round */
     uint64_t pulling;  /* nonzero: the ring path fell back to the pull path (sticky) */
     uint64_t fence;    /* EASGD: the finish phases this rank has reached (path_easgd.c) */
-    uint64_t failed[SHS__VIEW_WORDS]; /* the view's told words: gossip */
+    uint64_t told_ver; /* moves whenever the told table (SHS__PUB_TOLD_OFF) changes */
+    uint64_t life;     /* this rank's own counter (view.h): even, its incarnation */
     uint64_t wire;     /* 1 + shs_wire_t of the slots, set before the first publish */
     uint64_t done;     /* 1 + the last round this rank has finished (its move applied, or
                           left out, or sat out; after a catch-up, the round before the
@@ -58,10 +62,17 @@ typedef struct shs__pub_hdr {
                           withdrew from (admit.c) */
     uint64_t out_v[2]; /* the verdict word it concluded for that round: written
                           after out, read after it (admit.c, "withdrawal") */
+    uint64_t memb[2];  /* per slot: the digest of the view its round's group came
+                          from (written inside the slot's seqlock; admit.c) */
 } shs__pub_hdr_t;
 
 #define SHS__HDR_BYTES sizeof(shs__pub_hdr_t)
+#define SHS__PUB_TOLD_OFF 2048 /* the view's told table (view.h) */
 #define SHS__PUB_DATA_OFF 4096 /* slots start on their own page */
+_Static_assert(sizeof(shs__pub_hdr_t) <= SHS__PUB_TOLD_OFF &&
+                   SHS__PUB_TOLD_OFF + SHS__VIEW_TOLD_RANKS * sizeof(shs__life_t) <=
+                       SHS__PUB_DATA_OFF,
+               "the header, then the told table, then the slots");
 
 /* Verdict words per rank (admit.c): round r's word is r mod SHS__ADMIT_WORDS. */
 #define SHS__ADMIT_WORDS 1024
@@ -137,7 +148,7 @@ typedef struct shs__shadow_stats {
         straggler_skips, left_out;
     atomic_int failed;
     atomic_int last_error;
-    _Atomic uint64_t run_ns_total, run_start_ns, first_round_ns;
+    _Atomic uint64_t run_ns_total, run_start_ns, first_round_ns, first_sync_ns;
     _Atomic uint64_t *last_read_ns; /* per peer */
     _Atomic uint64_t *peer_skips;   /* per peer: rounds it was left out as late */
 } shs__shadow_stats_t;
@@ -173,6 +184,10 @@ struct shs_shadow {
     shs_region_t *admit_reg;
     const uint64_t *admit; /* loaded only: peers' compare-and-swaps write it */
     size_t word_off;       /* offset in scratch of one 8-byte word per member */
+    size_t told_off;       /* offset in scratch of a peer's told table read back */
+    uint64_t *told_seen;   /* per peer: its header's told_ver when its table was
+                              last taken in */
+    uint32_t grp_dig;      /* the view's digest when this round's group was formed */
     uint64_t *done_seen;   /* per peer: its header's done as last read */
     bool *late;            /* per peer: it kept a slot of this rank past the straggler
                               bound (the guard gives it one look until it finishes) */
@@ -183,6 +198,7 @@ struct shs_shadow {
                               base, and the pace of the waits' naps (one round
                               that held a stopped rank must not slow them) */
     uint64_t next_round;   /* set by a round that catches up: the next round to run */
+    bool ahead;            /* a round found every living peer behind this rank */
     /* per slot: the round it holds and who reads it (self_in false: no one) */
     uint64_t slot_round[2];
     bool slot_held[2];
@@ -271,6 +287,11 @@ shs_status_t shs__wait_slot(shs_shadow_t *sh, const shs_group_t *grp, uint64_t r
 bool shs__verify_stamps(shs_shadow_t *sh, const shs_group_t *grp, uint64_t r,
                         shs_status_t *err);
 shs_status_t shs__read_header(shs_shadow_t *sh, int p, size_t loc);
+/* A rank that rejoined the running job (engine create): its view from a
+ * living peer's table and, unless SHS_SHADOW_REJOIN_SEED=own, its model
+ * from that peer's newest published snapshot; its rounds start at the
+ * peers' newest. SHS_ERR_PEER_FAILED when no peer is left to ask. */
+shs_status_t shs__rejoin_seed(shs_shadow_t *sh);
 /* Wait for this rank's operations to peer p; a failure makes p PEER_SKIP. */
 shs_status_t shs__flush_peer(shs_shadow_t *sh, int p);
 
@@ -336,6 +357,10 @@ shs_status_t shs__decide_members(shs_shadow_t *sh, const shs_group_t *grp, uint6
  * whose state is PEER_OK, who read its slot), or not (out, or alone: it
  * catches up). */
 void shs__round_done(shs_shadow_t *sh, const shs_group_t *grp, uint64_t r, bool applied);
+/* After a round that found every living peer behind this rank (ahead):
+ * wait, within the straggler bound, until one of them has published the
+ * round before this rank's next, so that they meet there. */
+void shs__hold_ahead(shs_shadow_t *sh);
 /* Whether a member taken in for round r withdrew from it (its header h read
  * after its verdict): 1 it withdrew (it is out), 0 it did not, or is in
  * all the same, -1 its conclusion is not written yet. */

@@ -15,7 +15,8 @@
 
 static bool ring_usable(const shs_shadow_t *sh)
 {
-    return !sh->ring_off && sh->view.nfailed == 0;
+    /* a failure gives way for good, even once the rank is taken back */
+    return !sh->ring_off && !sh->pull_set && sh->view.nfailed == 0;
 }
 
 shs_status_t shs__shadow_coll(shs_shadow_t *sh, shs_ctx_t *io, shs_coll_t **coll_p)

@@ -53,6 +53,7 @@ void shs__publish(shs_shadow_t *sh, uint64_t r)
         memcpy(sh->slot[s], sh->w, sh->n * sizeof(float));
     }
     atomic_thread_fence(memory_order_release);
+    __atomic_store_n(&h->memb[s], sh->grp_dig, __ATOMIC_RELAXED);
     __atomic_store_n(&h->round[s], r, __ATOMIC_RELAXED);
     __atomic_store_n(&h->seq[s], seq + 2, __ATOMIC_RELEASE);
 }
@@ -89,42 +90,102 @@ void shs__reset_states(shs_shadow_t *sh, const shs_group_t *grp)
 /* The statistics follow the view. */
 static void note_view(shs_shadow_t *sh)
 {
-    if (sh->view.nfailed == 0)
-        return;
-    uint64_t expect = 0;
-    atomic_compare_exchange_strong(&sh->st.first_fail_ns, &expect, shs__now_ns());
+    if (sh->view.nfailed > 0) {
+        uint64_t expect = 0;
+        atomic_compare_exchange_strong(&sh->st.first_fail_ns, &expect, shs__now_ns());
+    }
     atomic_store_explicit(&sh->st.failed, sh->view.nfailed, SHS__RELAXED);
 }
 
+/* p's header shows a newer incarnation (read over the connection to it):
+ * take it in, and forget what this rank knew of the old one. */
+static void admit_from_hdr(shs_shadow_t *sh, int p, const shs__pub_hdr_t *h)
+{
+    uint64_t r = atomic_load_explicit(&sh->round, SHS__RELAXED);
+    if (h->life > UINT16_MAX || !shs__view_admit(&sh->view, p, (shs__life_t)h->life, r))
+        return;
+    sh->published_seen[p] = 0;
+    sh->done_seen[p] = 0;
+    sh->seen_seq[p] = 0;
+    sh->late[p] = false;
+    sh->warned[p] = false;
+    sh->told_seen[p] = 0;
+    note_view(sh);
+}
+
+/* Take in peer `from`'s told table when its header says it moved. */
+static void learn_told(shs_shadow_t *sh, int from, const shs__pub_hdr_t *h)
+{
+    if (h->told_ver == sh->told_seen[from])
+        return;
+    uint64_t ver = h->told_ver; /* h lives in scratch: keep it before reading more */
+    shs_status_t st =
+        shs_read(sh->io, from, sh->scratch, sh->told_off, sh->pub, SHS__PUB_TOLD_OFF,
+                 SHS__VIEW_TOLD_RANKS * sizeof(shs__life_t), SHS_OP_SIGNAL);
+    if (st == SHS_OK)
+        st = shs_flush(sh->io, from, SHS_TIMEOUT_DEFAULT);
+    if (st != SHS_OK)
+        return; /* the transport fails it; the next look tries again */
+    shs__stat_add(&sh->st.bytes_read, SHS__VIEW_TOLD_RANKS * sizeof(shs__life_t));
+    sh->told_seen[from] = ver;
+    if (shs__view_learn(&sh->view, from,
+                        (const shs__life_t *)(const void *)(sh->scratch_mem + sh->told_off),
+                        atomic_load_explicit(&sh->round, SHS__RELAXED)) > 0)
+        note_view(sh);
+}
+
+/* A rank out of this view whose connection is up again (it rejoined), or
+ * one that gossip says lives as a newer incarnation: its own header says
+ * which incarnation the connection reaches. */
+static void probe(shs_shadow_t *sh, int p)
+{
+    sh->view.probe[p] = false;
+    if (shs__read_header(sh, p, 0) != SHS_OK)
+        return; /* an old incarnation's connection: the transport fails it */
+    const shs__pub_hdr_t *h = (const shs__pub_hdr_t *)sh->scratch_mem;
+    if (h->life != 0 && (h->life & 1u) == 0 && h->life <= UINT16_MAX &&
+        shs__life_newer((shs__life_t)h->life, shs__view_life(&sh->view, p)))
+        admit_from_hdr(sh, p, h);
+}
+
 /* Peers the transport has failed since the last look (error completions,
- * waits past SHS_OP_TIMEOUT_MS, async or rdma_cm events). */
+ * waits past SHS_OP_TIMEOUT_MS, async or rdma_cm events), and peers that
+ * came back. */
 void shs__check_failures(shs_shadow_t *sh)
 {
     uint64_t r = atomic_load_explicit(&sh->round, SHS__RELAXED);
+    (void)shs_progress(sh->io); /* a rejoiner's queue pairs are installed by a poll */
     for (int p = 0; p < sh->size; p++) {
         const char *reason = NULL;
-        if (p == sh->rank || shs__view_is_dead(&sh->view, p) ||
-            shs_ctx_peer_status(sh->io, p, &reason) == SHS_OK)
+        if (p == sh->rank)
             continue;
-        shs__view_drop(&sh->view, p, -1, reason, r);
+        bool up = shs_ctx_peer_status(sh->io, p, &reason) == SHS_OK;
+        if (!up) {
+            if (!shs__view_is_dead(&sh->view, p))
+                shs__view_drop(&sh->view, p, -1, reason, r);
+            continue;
+        }
+        if (shs__view_is_dead(&sh->view, p) || sh->view.probe[p])
+            probe(sh, p);
     }
     note_view(sh);
 }
 
-/* Take in the failed set (and the ring fallback) of living peer `from`'s
- * header as read. */
+/* Take in what a living peer's header as read tells: its incarnation,
+ * its told table, the ring fallback. */
 static void learn_hdr(shs_shadow_t *sh, int from, const shs__pub_hdr_t *h)
 {
     if (shs__view_is_dead(&sh->view, from))
         return;
-    if (shs__view_learn(&sh->view, from, h->failed,
-                        atomic_load_explicit(&sh->round, SHS__RELAXED)) > 0)
-        note_view(sh);
+    if ((h->life & 1u) == 0 && h->life <= UINT16_MAX &&
+        shs__life_newer((shs__life_t)h->life, shs__view_life(&sh->view, from)))
+        admit_from_hdr(sh, from, h); /* died and came back before this rank saw it */
     if (h->pulling != 0 && sh->cfg.path == SHS_SHADOW_PATH_RING && !sh->ring_off) {
         SHS_WARN("shadow: peer %d left the ring path after a failure; this rank follows it "
                  "onto the pull path", from);
         sh->ring_off = true;
     }
+    learn_told(sh, from, h);
 }
 
 /* ------------------------------------------------------------- waiting */
@@ -326,10 +387,10 @@ static uint8_t classify_slot(shs_shadow_t *sh, shs__hdr_wait_t *hw, int p,
         return skip_stopped(sh);
     if (!shs__slot_written(h, s) || h->round[s] <= hw->r)
         return SHS__PEER_PENDING;
-    /* after a failure the ranks' views (and so their groups) may differ for
-     * a few rounds: the peer ran ahead under its own view; it is skipped
-     * this round, not an error */
-    if (sh->view.ndead > 0 || sh->pull_set)
+    /* after a failure or a rejoin the ranks' views (and so their groups)
+     * may differ for a few rounds: the peer ran ahead under its own view; it
+     * is skipped this round, not an error */
+    if (sh->view.ndead > 0 || sh->pull_set || shs__view_changed(&sh->view))
         return skip_stopped(sh);
     SHS_ERROR("shadow round %llu: peer %d already published round %llu in the same slot: "
               "the ranks disagree on the schedule",

@@ -39,6 +39,8 @@ void shs__shadow_note_round(shs_shadow_t *sh, uint64_t dt_ns, shs_status_t st)
         return;
     }
     shs__stat_add(&s->rounds, 1);
+    uint64_t none = 0;
+    atomic_compare_exchange_strong(&s->first_sync_ns, &none, shs__now_ns());
     if (sh->view.nfailed > 0)
         shs__stat_add(&s->rounds_after_fail, 1);
     shs__stat_add(&s->round_ns_sum, dt_ns);
@@ -104,6 +106,7 @@ shs_status_t shs_shadow_stats(const shs_shadow_t *sh, shs_shadow_stats_t *out)
     s.failed_peers = atomic_load_explicit((atomic_int *)&c->failed, SHS__RELAXED);
     s.rounds_after_failure = load(&c->rounds_after_fail);
     s.first_failure_ns = load(&c->first_fail_ns);
+    s.first_sync_ns = load(&c->first_sync_ns);
     s.straggler_skips = load(&c->straggler_skips);
     s.rounds_left_out = load(&c->left_out);
     s.staleness_ms_max = staleness_max(sh, now);

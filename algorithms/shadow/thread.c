@@ -44,6 +44,7 @@ static shs_status_t run_round(shs_shadow_t *sh)
         st = shs__view_group(&sh->view, &sh->cfg.sched, r, &grp);
         if (st != SHS_OK)
             return st;
+        sh->grp_dig = shs__view_digest(&sh->view); /* the view the group came from */
         sh->round_peers = 0;
         sh->rerun = false;
         sh->next_round = 0;
@@ -137,18 +138,25 @@ static void sleep_until_stop(shs_shadow_t *sh, uint64_t until_ns)
     pthread_mutex_unlock(&sh->lock);
 }
 
+/* How often a rank left alone looks for a peer that rejoined (ns). */
+#define ALONE_NAP_NS 50000000L
+
 /* Between two rounds that started at t0. */
 static void pause_after(shs_shadow_t *sh, uint64_t t0)
 {
-    if (sh->size - sh->view.ndead <= 1) {
-        /* nobody left to sync with, ever (a one-rank job, or every peer
-         * failed or ended): sleep until the stop instead of spinning */
+    if (sh->size == 1) {
+        /* nobody to sync with, ever: sleep until the stop instead of spinning */
         sleep_until_stop(sh, 0);
         return;
     }
+    shs__hold_ahead(sh);
     if (sh->round_peers == 0) {
-        /* nobody to sync with now: look again after the longest nap */
+        /* nobody to sync with now (every peer may have failed or ended; a
+         * failed one may rejoin): look again after the longest nap, or
+         * ALONE_NAP_NS when that is longer */
         long ns = shs__shadow_nap_max_ns(sh);
+        if (sh->size - sh->view.ndead <= 1 && ns < ALONE_NAP_NS)
+            ns = ALONE_NAP_NS;
         struct timespec ts = {.tv_sec = ns / 1000000000L, .tv_nsec = ns % 1000000000L};
         nanosleep(&ts, NULL);
     }
@@ -285,6 +293,15 @@ shs_status_t shs_shadow_finish(shs_shadow_t *sh)
         SHS_ERROR("shs_shadow_finish: %d peer(s) failed or gone: the ranks cannot be settled "
                   "(their models stay as they are)", sh->view.ndead);
         return SHS_ERR_PEER_FAILED;
+    }
+    if (shs__view_changed(&sh->view) || shs__ctx_members_changed(sh->ctx)) {
+        /* every rank knows it (the rejoiner, and each rank it connected
+         * to), and says so instead of settling: a rank whose engine had not
+         * taken the rejoiner back yet would average without it */
+        SHS_WARN("shs_shadow_finish: a rank failed and rejoined during the run: the ranks are "
+                 "not settled (their models stay as they are; a collective average of them "
+                 "works)");
+        return SHS_ERR_UNSUPPORTED;
     }
     /* every write this rank made has landed (flush); then the path meets
      * the other ranks and settles (not with a plain barrier: an EASGD owner

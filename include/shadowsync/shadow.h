@@ -66,15 +66,43 @@
  *
  * Failures. A peer counts as failed when the transport failed it (rma.h) or
  * when a living peer's published header says so, which spreads a failure to
- * every survivor within a few rounds. Failure is sticky: the engine logs the
- * peer once, never reads it again, and forms the groups of later rounds
- * over the living ranks with the same rule on every survivor. The ring path
+ * every survivor within a few rounds. The engine logs the peer once, stops
+ * reading it, and forms the groups of later rounds over the living ranks
+ * with the same rule on every survivor, until a new process of that rank
+ * rejoins (below). The ring path
  * falls back to the pull path for good; EASGD leaves the dead owner's center
  * slice alone. A peer seen stopped that then goes away is left out the same
  * way but not counted as failed. The round in which a rank first sees a
  * failure returns SHS_ERR_PEER_FAILED (shs_shadow_sync) and is counted in
  * `errors`; later rounds succeed over the living ranks (failed_peers and
- * rounds_after_failure in the stats). A restarted rank cannot rejoin.
+ * rounds_after_failure in the stats).
+ *
+ * Rejoin (pull and live paths, MA and BMUF). A rank whose process died and
+ * was started again with SHS_REJOIN=1 (context.h) makes the same regions and
+ * calls shs_shadow_create as at the start; the call is not collective
+ * there. Its engine takes the membership from a living peer, its model from
+ * that peer's newest published snapshot (SHS_SHADOW_REJOIN_SEED=own keeps
+ * the model the program put in the region, such as its checkpoint), and
+ * starts at the newest round the living peers have published. Each rank
+ * keeps a counter per rank (its incarnation: alive even, failed odd; a
+ * rejoiner takes the next even one) that only grows and that peers gossip,
+ * so a report of an old incarnation's failure cannot remove the new one. A
+ * living rank takes the rejoiner back when it reads the rejoiner's own
+ * header over the connection made to the new process (within a round or
+ * two of the rejoiner's first round); from then its groups include it. The
+ * members of a round agree on who averaged with whom while their views
+ * differ: each verdict word carries the digest of the view its decider
+ * formed the round's group from, and a member is in only for the members
+ * with the same digest (the same living ranks, hence the same group), so
+ * every round conserves the sum over ranks across the re-admission as
+ * across a straggler. Stats: failed_peers drops back; first_sync_ns on the
+ * rejoiner. After a rejoin shs_shadow_finish does not settle the replicas
+ * (SHS_ERR_UNSUPPORTED on every rank: each knows of the rejoin); a
+ * collective average of the models (collective.h) works, the rejoiner with
+ * the others. Not covered: the ring path and EASGD on a rejoiner
+ * (SHS_ERR_UNSUPPORTED at create: their set-up is collective among ranks
+ * that create their engines together; on the ring path the living ranks
+ * have fallen back to pulling, so a rejoiner takes the pull path).
  *
  * Stragglers (pull path: MA and BMUF, all or DS-Sync groups). A member that
  * is alive but late (stopped, swapped, throttled) does not slow its group.
@@ -106,8 +134,8 @@
  * SHS_SHADOW_WAIT_MS bounds only the waits no rule can cut short (a torn
  * read retried, the foreground rounds), after which the round ends with an
  * error. On this path a silent peer whose connection lives is never counted
- * failed, however long it is silent (a failed rank cannot rejoin, so that
- * would end its part in the job): only the transport fails a peer (an error
+ * failed, however long it is silent (that would end its part in the job
+ * until it rejoins as a new process): only the transport fails a peer (an error
  * completion, a disconnect, SHS_OP_TIMEOUT_MS). Not covered: the ring and
  * live paths and EASGD wait as before (up to SHS_SHADOW_WAIT_MS per round),
  * and a member more than 1024 rounds behind inside one round ends that
@@ -253,6 +281,9 @@ typedef struct shs_shadow_stats {
     uint64_t rounds_left_out; /* rounds in which this rank was itself out: left out as
                                  late, withdrawn, or sat out (see "Stragglers"); it
                                  applied no move */
+    uint64_t first_sync_ns;   /* CLOCK_MONOTONIC time at which the first round that
+                                 synced with a peer ended, 0: none yet (on a rank that
+                                 rejoined: when it was syncing again) */
 } shs_shadow_stats_t;
 
 /*
@@ -276,8 +307,11 @@ typedef struct shs_shadow_stats {
  *
  * Status: SHS_OK; SHS_ERR_INVALID_ARG (NULL, count 0, misaligned offset,
  * range outside the region, bad parameter, unknown schedule);
- * SHS_ERR_UNSUPPORTED (EASGD on a path other than pull; ctx rejoined a
- * running job: the others' engines cannot take it back yet); SHS_ERR_NO_MEMORY;
+ * SHS_ERR_UNSUPPORTED (EASGD on a path other than pull; the ring path or EASGD
+ * on a context that rejoined a running job, see "Rejoin"); SHS_ERR_NO_MEMORY;
+ * on a rejoined rank also SHS_ERR_PEER_FAILED (no living peer to take the
+ * job's state from), SHS_ERR_CONFIG or SHS_ERR_SIZE_MISMATCH (its regions
+ * do not match the job's: region.h);
  * SHS_ERR_CONFIG (pin_cpus other than "auto", "none" or a CPU list);
  * SHS_ERR_BAD_STATE (ctx is an endpoint, or SHS_SHADOW_CHANNEL names a
  * channel already taken); and what shs_ctx_endpoint_create,
@@ -366,8 +400,10 @@ SHS_API shs_status_t shs_shadow_sync(shs_shadow_t *shadow);
  * for each peer's fence).
  * Status: SHS_OK; SHS_ERR_BAD_STATE (this rank's thread runs, or the
  * engine finished already); SHS_ERR_PEER_FAILED (a peer failed, ended, or
- * gave up its own finish: nothing more is changed); SHS_ERR_TIMEOUT (a peer
- * did not reach the finish in time); SHS_ERR_INVALID_ARG; what
+ * gave up its own finish: nothing more is changed); SHS_ERR_UNSUPPORTED (a
+ * rank rejoined during the run: nothing is changed, on every rank; see
+ * "Rejoin"); SHS_ERR_TIMEOUT (a peer did not reach the finish in time);
+ * SHS_ERR_INVALID_ARG; what
  * shs_coll_create and shs_allreduce_region return.
  */
 SHS_API shs_status_t shs_shadow_finish(shs_shadow_t *shadow);

@@ -49,6 +49,15 @@
  *              it syncs 10; no errors and the sum over ranks is kept
  *   stall-ds   the same in DS-Sync pairs (hypercube, g = 2): a partner
  *              that took it in before it stopped withdraws
+ *   rejoin     S-MA over all ranks: once the models agree, rank 2 is killed
+ *              and started again by the launcher (--restart 2); the new
+ *              process's engine starts from a survivor's snapshot (the
+ *              mean), the survivors take it back (it is read again, no
+ *              peer counted failed) and all four keep the mean
+ *   rejoin-ds  the same in DS-Sync pairs (hypercube, g = 2), the rejoiner
+ *              starting from its own initial model (SHS_SHADOW_REJOIN_SEED
+ *              =own): every rank converges to (3 mean + its model) / 4, so
+ *              the rounds across the re-admission kept the sum
  * With SHS_SHADOW_WIRE=bf16 in the environment the cases run on bf16
  * snapshots (CMake runs conserve and stop-conserve so).
  *
@@ -182,23 +191,30 @@ static shs_shadow_params_t base_params(shs_shadow_algorithm_t algo)
     return p;
 }
 
+/* S-MA over all ranks, or in DS-Sync pairs (hypercube, g = 2). */
+static shs_shadow_params_t ma_params(bool pairs)
+{
+    shs_shadow_params_t p = base_params(SHS_SHADOW_MA);
+    if (pairs) {
+        p.field_mask |= SHS_SHADOW_PARAM_SCHEDULE;
+        p.schedule.kind = SHS_SCHED_HYPERCUBE;
+        p.schedule.group_size = 2;
+    }
+    return p;
+}
+
 /* ------------------------------------------------------------------ MA */
 
 static void case_ma(shs_ctx_t *ctx, shs_region_t *model, bool ds, bool ring)
 {
     int n = shs_ctx_size(ctx);
     float *w = shs_region_addr(model);
-    shs_shadow_params_t p = base_params(SHS_SHADOW_MA);
+    shs_shadow_params_t p = ma_params(ds);
     const char *what = ring ? (ds ? "s-ma ring hypercube g=2" : "s-ma ring all ranks")
                             : (ds ? "s-ma hypercube g=2" : "s-ma all ranks");
     if (ring) {
         p.field_mask |= SHS_SHADOW_PARAM_PATH;
         p.path = SHS_SHADOW_PATH_RING;
-    }
-    if (ds) {
-        p.field_mask |= SHS_SHADOW_PARAM_SCHEDULE;
-        p.schedule.kind = SHS_SCHED_HYPERCUBE;
-        p.schedule.group_size = 2;
     }
     shs_shadow_t *sh;
     fill(w, g_rank);
@@ -665,14 +681,9 @@ static void case_stall(shs_ctx_t *ctx, shs_region_t *model, bool ds)
 {
     int n = shs_ctx_size(ctx);
     float *w = shs_region_addr(model);
-    shs_shadow_params_t p = base_params(SHS_SHADOW_MA);
-    if (ds) {
-        /* pairs: the straggler's partner may have taken it in before it
-         * stopped, and then withdraws (admit.c) */
-        p.field_mask |= SHS_SHADOW_PARAM_SCHEDULE;
-        p.schedule.kind = SHS_SCHED_HYPERCUBE;
-        p.schedule.group_size = 2;
-    }
+    /* pairs: the straggler's partner may have taken it in before it
+     * stopped, and then withdraws (admit.c) */
+    shs_shadow_params_t p = ma_params(ds);
     shs_shadow_t *sh;
     shs_region_t *res;
     fill(w, g_rank);
@@ -780,6 +791,130 @@ static void case_stall(shs_ctx_t *ctx, shs_region_t *model, bool ds)
     shs_region_destroy(res);
     if (g_watcher > 0)
         waitpid(g_watcher, NULL, 0);
+}
+
+/* ---------------------------------------------------------------- rejoin */
+
+#define REJOIN_RANK 2
+#define REJOIN_TOL 1e-4f
+
+/* Element i of the model every rank ends at: the survivors held the mean
+ * of the four initial models when rank REJOIN_RANK was killed; `own`: it
+ * came back with its initial model, and the rounds keep the sum. */
+static float rejoin_target(size_t i, bool own)
+{
+    float m = mean_value(4, i);
+    return own ? (3.0f * m + value(REJOIN_RANK, i)) / 4.0f : m;
+}
+
+/* The first element of w off rejoin_target (N_ELEMS: none). */
+static size_t rejoin_off(const float *w, bool own)
+{
+    for (size_t i = 0; i < N_ELEMS; i++) {
+        float want = rejoin_target(i, own), scale = fabsf(want) > 1.0f ? fabsf(want) : 1.0f;
+        if (!(fabsf(w[i] - want) <= REJOIN_TOL * scale))
+            return i;
+    }
+    return N_ELEMS;
+}
+
+/* Wait (the engine running) until the model is rejoin_target. */
+static void wait_target(shs_shadow_t *sh, const float *w, bool own, const char *what)
+{
+    double t0 = now_s();
+    size_t i;
+    while ((i = rejoin_off(w, own)) != N_ELEMS) {
+        shs_shadow_stats_t s;
+        CHECK_OK(shs_shadow_stats(sh, &s));
+        if (!s.running)
+            fail("%s: the shadow thread stopped by itself (%s)", what,
+                 shs_status_string(s.last_error));
+        if (now_s() - t0 > RUN_BOUND_S)
+            fail("%s: element %zu is %.9g after %.0f s, expected %.9g", what, i, (double)w[i],
+                 RUN_BOUND_S, (double)rejoin_target(i, own));
+        usleep(20 * 1000);
+    }
+    printf("rank %d: %s after %.2f s\n", g_rank, what, now_s() - t0);
+}
+
+/* Survivors: until rank REJOIN_RANK is taken back (no peer counted failed)
+ * and, when this rank meets it, read after t_gone. */
+static void wait_taken_back(shs_shadow_t *sh, bool meets, double t_gone)
+{
+    double t0 = now_s();
+    for (;;) {
+        shs_shadow_stats_t s;
+        double ms = -1;
+        CHECK_OK(shs_shadow_stats(sh, &s));
+        CHECK_OK(shs_shadow_peer_staleness(sh, REJOIN_RANK, &ms));
+        bool read = !meets || (ms >= 0 && now_s() - ms / 1e3 > t_gone);
+        if (s.failed_peers == 0 && read)
+            break;
+        if (now_s() - t0 > RUN_BOUND_S)
+            fail("rejoin: rank %d not taken back within %.0f s (failed peers %d)", REJOIN_RANK,
+                 RUN_BOUND_S, s.failed_peers);
+        usleep(20 * 1000);
+    }
+    printf("rank %d: rank %d taken back %.2f s after it was killed\n", g_rank, REJOIN_RANK,
+           now_s() - t_gone);
+}
+
+/*
+ * Rank REJOIN_RANK is killed once the models agree and started again by
+ * the launcher (SHS_REJOIN=1): the same regions and engine set-up rejoin
+ * the running job. ds: DS-Sync pairs and the rejoiner's own model.
+ */
+static void case_rejoin(shs_ctx_t *ctx, shs_region_t *model, bool ds)
+{
+    float *w = shs_region_addr(model);
+    bool back = getenv("SHS_REJOIN") != NULL, own = ds;
+    shs_shadow_params_t p = ma_params(ds);
+    shs_shadow_t *sh;
+    shs_region_t *res;
+    fill(w, g_rank);
+    CHECK_OK(shs_region_alloc(ctx, 4096, SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_READ, &res));
+    double t_made = now_s();
+    CHECK_OK(shs_shadow_create(ctx, model, 0, N_ELEMS, &p, &sh));
+    if (back) {
+        printf("rank %d: rejoined; engine made in %.2f s\n", g_rank, now_s() - t_made);
+        if (!own && rejoin_off(w, false) != N_ELEMS)
+            fail("rejoin: the engine did not start from a survivor's snapshot (element %zu is "
+                 "%.9g, the survivors hold %.9g)", rejoin_off(w, false),
+                 (double)w[rejoin_off(w, false)], (double)rejoin_target(rejoin_off(w, false), false));
+        CHECK_OK(shs_shadow_start(sh));
+        wait_rounds(sh, 3); /* synced: the others took it back */
+    } else {
+        CHECK_OK(shs_shadow_start(sh));
+        wait_rounds(sh, 4);
+        wait_target(sh, w, false, "models agree");
+        CHECK_OK(shs_ctx_barrier(ctx));
+        if (g_rank == REJOIN_RANK) {
+            fflush(stdout);
+            usleep(200 * 1000);
+            raise(SIGKILL);
+        }
+        /* in pairs over 4 ranks, ranks 0 and 3 meet it */
+        bool meets = !ds || (g_rank ^ REJOIN_RANK) == 1 || (g_rank ^ REJOIN_RANK) == 2;
+        wait_taken_back(sh, meets, now_s() + 0.5);
+    }
+    wait_target(sh, w, own, own ? "at (3 mean + its model) / 4" : "at the mean");
+    CHECK_OK(shs_ctx_barrier(ctx));
+    CHECK_OK(shs_shadow_stop(sh));
+    shs_shadow_stats_t s;
+    CHECK_OK(shs_shadow_stats(sh, &s));
+    printf("rank %d: %llu rounds synced, %d peers failed, %llu errors\n", g_rank,
+           (unsigned long long)s.rounds, s.failed_peers, (unsigned long long)s.errors);
+    if (s.failed_peers != 0 || s.rounds == 0)
+        fail("rejoin: %d peers counted failed, %llu rounds synced at the end", s.failed_peers,
+             (unsigned long long)s.rounds);
+    if (back && s.errors != 0)
+        fail("rejoin: the rejoined rank had %llu rounds with errors (%s)",
+             (unsigned long long)s.errors, shs_status_string(s.last_error));
+    if (shs_shadow_finish(sh) != SHS_ERR_UNSUPPORTED)
+        fail("rejoin: shs_shadow_finish after a rejoin did not refuse (SHS_ERR_UNSUPPORTED)");
+    CHECK_OK(shs_ctx_barrier(ctx));
+    shs_shadow_destroy(sh);
+    shs_region_destroy(res);
 }
 
 /* ------------------------------------------------------- wire mismatch */
@@ -891,7 +1026,7 @@ int main(int argc, char **argv)
 {
     if (argc != 2) {
         fprintf(stderr,
-                "usage: shs-launch -n 4 -- %s ma-all|ma-ds|ring-all|ring-ds|easgd|fr-easgd|stop|stop-ring|conserve|stop-conserve|bmuf|wire-mismatch|bf16-rule|stall|stall-ds\n",
+                "usage: shs-launch -n 4 -- %s ma-all|ma-ds|ring-all|ring-ds|easgd|fr-easgd|stop|stop-ring|conserve|stop-conserve|bmuf|wire-mismatch|bf16-rule|stall|stall-ds|rejoin|rejoin-ds\n",
                 argv[0]);
         return RC_FAIL;
     }
@@ -900,8 +1035,11 @@ int main(int argc, char **argv)
         return RC_FAIL;
     }
     g_rank = atoi(getenv("SHS_RANK"));
+    setvbuf(stdout, NULL, _IOLBF, 0); /* lines in order with a killed rank's */
     if (strncmp(argv[1], "stall", 5) == 0 && g_rank == STALL_RANK)
         stall_watcher_fork();
+    if (strcmp(argv[1], "rejoin-ds") == 0)
+        setenv("SHS_SHADOW_REJOIN_SEED", "own", 1); /* read by the rejoiner's context */
     shs_ctx_t *ctx;
     shs_status_t st = shs_ctx_create(NULL, &ctx);
     if (st == SHS_ERR_NO_DEVICE) {
@@ -942,6 +1080,8 @@ int main(int argc, char **argv)
         case_stall(ctx, model, which[5] != '\0');
     else if (strcmp(which, "bf16-rule") == 0)
         case_bf16_rule(ctx, model);
+    else if (strcmp(which, "rejoin") == 0 || strcmp(which, "rejoin-ds") == 0)
+        case_rejoin(ctx, model, which[6] != '\0');
     else
         fail("unknown case %s", which);
     CHECK_OK(shs_ctx_barrier(ctx));

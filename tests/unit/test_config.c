@@ -100,6 +100,7 @@ static const char *const every_knob[] = {
     "SHS_SHADOW_NAP", "0",
     "SHS_SHADOW_WIRE", "bf16",
     "SHS_SHADOW_STRAGGLER_MS", "750",
+    "SHS_SHADOW_REJOIN_SEED", "Own",
     "SHS_COLL_CHUNK", "64k",
     "SHS_COLL_SLOTS", "8",
     "SHS_COLL_STAGE", "0",
@@ -150,6 +151,7 @@ START_TEST(test_every_knob_parses)
     ck_assert_int_eq(c.shadow_nap, 0);
     ck_assert_int_eq(c.shadow_wire, SHS_WIRE_BF16);
     ck_assert_int_eq(c.shadow_straggler_ms, 750);
+    ck_assert_int_eq(c.shadow_rejoin_seed, 1); /* own */
     ck_assert_uint_eq(c.coll_chunk, 65536);
     ck_assert_int_eq(c.coll_slots, 8);
     ck_assert_uint_eq(c.coll_stage, 0);

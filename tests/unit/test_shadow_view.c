@@ -1,7 +1,7 @@
 /*
  * Unit tests of the shadow engine's failure view (algorithms/shadow/view.h),
  * a pure module: ranks are simulated as an array of views whose "headers"
- * are their told words, read by the members of each rank's group.
+ * are their told tables, read by the members of each rank's group.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -13,11 +13,12 @@
 
 #define NR 8
 
-/* NR simulated ranks: a view each and the told words of its header. */
+/* NR simulated ranks: a view each and the told table of its header. */
 typedef struct sim {
     int n;
     shs__view_t v[NR];
-    uint64_t told[NR][SHS__VIEW_WORDS];
+    shs__life_t told[NR][SHS__VIEW_TOLD_RANKS];
+    uint64_t ver[NR];
     bool gone[NR]; /* really gone: its header cannot be read */
 } sim_t;
 
@@ -26,7 +27,7 @@ static void sim_init(sim_t *s, int n)
     memset(s, 0, sizeof(*s));
     s->n = n;
     for (int r = 0; r < n; r++)
-        ck_assert_int_eq(shs__view_init(&s->v[r], r, n, s->told[r]), SHS_OK);
+        ck_assert_int_eq(shs__view_init(&s->v[r], r, n, s->told[r], &s->ver[r]), SHS_OK);
 }
 
 static void sim_fini(sim_t *s)
@@ -83,7 +84,7 @@ START_TEST(test_gossip_reaches_everyone)
     s.gone[3] = true;
     ck_assert_int_eq(shs__view_drop(&s.v[0], 3, -1, "retry count exceeded", 5),
                      SHS__VIEW_FAILED);
-    ck_assert_uint_eq(s.told[0][0], 1u << 3);
+    ck_assert_uint_eq(s.told[0][3], 1); /* incarnation 0 failed */
     ck_assert(!sim_all_know(&s, 3));
     int rounds = 0;
     while (!sim_all_know(&s, 3) && rounds < 64)
@@ -97,7 +98,7 @@ START_TEST(test_gossip_reaches_everyone)
             continue;
         ck_assert_int_eq(s.v[r].ndead, 1);
         ck_assert_int_eq(s.v[r].nfailed, 1);
-        ck_assert_uint_eq(s.told[r][0], 1u << 3); /* and each tells it on */
+        ck_assert_uint_eq(s.told[r][3], 1); /* and each tells it on */
     }
     sim_fini(&s);
 }
@@ -223,12 +224,14 @@ START_TEST(test_ended_self_and_dead_reporter)
     ck_assert(shs__view_is_dead(&s.v[0], 2));
     ck_assert_int_eq(s.v[0].ndead, 1);
     ck_assert_int_eq(s.v[0].nfailed, 0);
-    ck_assert_uint_eq(s.told[0][0], 0);
+    ck_assert_uint_eq(s.told[0][2], 0);
 
     /* rank 1's header reports 2 (which only stopped, for rank 0) and rank 3
      * itself: rank 3 leaves 2 out as failed and itself in */
-    uint64_t words[SHS__VIEW_WORDS] = {1u << 2 | 1u << 3};
-    ck_assert_int_eq(shs__view_learn(&s.v[3], 1, words, 9), 1);
+    static shs__life_t table[SHS__VIEW_TOLD_RANKS];
+    memset(table, 0, sizeof(table));
+    table[2] = table[3] = 1;
+    ck_assert_int_eq(shs__view_learn(&s.v[3], 1, table, 9), 1);
     ck_assert(shs__view_is_dead(&s.v[3], 2));
     ck_assert(!shs__view_is_dead(&s.v[3], 3));
     ck_assert_int_eq(s.v[3].nfailed, 1);
@@ -237,9 +240,98 @@ START_TEST(test_ended_self_and_dead_reporter)
     ck_assert_ptr_nonnull(strstr(captured(), "peer 2 failed (reported by peer 1)"));
 
     /* rank 0 left 2 out: 2's reports are not taken in */
-    uint64_t from2[SHS__VIEW_WORDS] = {1u << 1};
-    ck_assert_int_eq(shs__view_learn(&s.v[0], 2, from2, 9), 0);
+    memset(table, 0, sizeof(table));
+    table[1] = 1;
+    ck_assert_int_eq(shs__view_learn(&s.v[0], 2, table, 9), 0);
     ck_assert(!shs__view_is_dead(&s.v[0], 1));
+    sim_fini(&s);
+}
+END_TEST
+
+/* Rank 3 fails and rejoins: its new incarnation is taken back from its own
+ * header only (gossip marks it to be probed), a report of the old
+ * incarnation's failure that arrives afterwards changes nothing, and the
+ * views that agree on who lives have the same digest. */
+START_TEST(test_rejoin_takes_back)
+{
+    shs_schedule_t sched = pairs_of_kind(_i);
+    sim_t s;
+    sim_init(&s, NR);
+    uint32_t d_all = shs__view_digest(&s.v[0]);
+    for (int r = 1; r < NR; r++)
+        ck_assert_uint_eq(shs__view_digest(&s.v[r]), d_all);
+    s.gone[3] = true;
+    shs__view_drop(&s.v[0], 3, -1, "retry count exceeded", 5);
+    int rounds = 0;
+    while (!sim_all_know(&s, 3) && rounds < 64)
+        sim_round(&s, &sched, (uint64_t)rounds++);
+    ck_assert(sim_all_know(&s, 3));
+    uint32_t d_without = shs__view_digest(&s.v[0]);
+    ck_assert_uint_ne(d_without, d_all);
+    ck_assert_uint_eq(shs__view_digest(&s.v[5]), d_without);
+
+    /* the new process: its view from rank 1's table, its next incarnation */
+    shs__view_fini(&s.v[3]);
+    ck_assert_int_eq(shs__view_init(&s.v[3], 3, NR, s.told[3], &s.ver[3]), SHS_OK);
+    shs__view_rejoin(&s.v[3], s.told[1]);
+    s.gone[3] = false;
+    ck_assert_uint_eq(shs__view_life(&s.v[3], 3), 2);
+    ck_assert_uint_eq(s.told[3][3], 2);
+    ck_assert_int_eq(s.v[3].ndead, 0);
+
+    /* rank 0 reads its header (life 2): takes it back; an old report
+     * (rank 6's table still says 1) changes nothing */
+    ck_assert(shs__view_admit(&s.v[0], 3, 2, 40));
+    ck_assert(!shs__view_is_dead(&s.v[0], 3));
+    ck_assert_int_eq(s.v[0].ndead, 0);
+    ck_assert_int_eq(s.v[0].nfailed, 0);
+    ck_assert_int_eq(shs__view_learn(&s.v[0], 6, s.told[6], 41), 0);
+    ck_assert(!shs__view_is_dead(&s.v[0], 3));
+    ck_assert(!shs__view_admit(&s.v[0], 3, 2, 41)); /* once */
+    /* rank 6 learns of it from rank 0's table: a probe, not an admission */
+    ck_assert_int_eq(shs__view_learn(&s.v[6], 0, s.told[0], 41), 0);
+    ck_assert(shs__view_is_dead(&s.v[6], 3));
+    ck_assert(s.v[6].probe[3]);
+    ck_assert_uint_ne(shs__view_digest(&s.v[6]), shs__view_digest(&s.v[0]));
+    for (int r = 1; r < NR; r++)
+        if (r != 3)
+            ck_assert(shs__view_admit(&s.v[r], 3, 2, 42));
+    for (int r = 0; r < NR; r++)
+        ck_assert_uint_eq(shs__view_digest(&s.v[r]), shs__view_digest(&s.v[0]));
+    /* same ranks living, but a newer incarnation of one: another view */
+    ck_assert_uint_ne(shs__view_digest(&s.v[0]), d_all);
+    check_groups(&s, &sched, 43);
+
+    /* it fails again: the failure of incarnation 1 (life 3) spreads */
+    s.gone[3] = true;
+    shs__view_drop(&s.v[1], 3, -1, NULL, 50);
+    ck_assert_uint_eq(s.told[1][3], 3);
+    rounds = 0;
+    while (!sim_all_know(&s, 3) && rounds < 64)
+        sim_round(&s, &sched, (uint64_t)(50 + rounds++));
+    ck_assert(sim_all_know(&s, 3));
+    ck_assert_int_eq(s.v[7].nfailed, 1);
+    sim_fini(&s);
+}
+END_TEST
+
+/* A rank that rejoins before anyone saw it die: its next incarnation is
+ * past the one they know (4 after 2), and a peer that never saw it go
+ * takes it in from its header as a newer incarnation. */
+START_TEST(test_rejoin_unseen_death)
+{
+    sim_t s;
+    sim_init(&s, 4);
+    ck_assert(shs__view_admit(&s.v[0], 2, 2, 1)); /* it had rejoined once */
+    shs__view_fini(&s.v[2]);
+    ck_assert_int_eq(shs__view_init(&s.v[2], 2, 4, s.told[2], &s.ver[2]), SHS_OK);
+    shs__view_rejoin(&s.v[2], s.told[0]);
+    ck_assert_uint_eq(shs__view_life(&s.v[2], 2), 4);
+    ck_assert(shs__view_admit(&s.v[0], 2, 4, 2));
+    ck_assert_int_eq(s.v[0].ndead, 0);
+    ck_assert_uint_eq(s.told[0][2], 4);
+    ck_assert(shs__view_changed(&s.v[0]));
+    ck_assert(!shs__view_changed(&s.v[1]));
     sim_fini(&s);
 }
 END_TEST
@@ -253,6 +345,8 @@ Suite *shadow_view_suite(void)
     tcase_add_loop_test(tc, test_regroup_over_living, 0, 4);
     tcase_add_test(tc, test_disagreeing_views_converge);
     tcase_add_test(tc, test_ended_self_and_dead_reporter);
+    tcase_add_loop_test(tc, test_rejoin_takes_back, 0, 4);
+    tcase_add_test(tc, test_rejoin_unseen_death);
     suite_add_tcase(s, tc);
     return s;
 }
