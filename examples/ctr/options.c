@@ -44,6 +44,13 @@ void ctr_usage(FILE *f)
             "                    pass starts (default 10) and continued (SIGCONT) S s\n"
             "                    later; each rank also prints its rounds once a second\n"
             "                    (\"sync-series\": seconds since the pass started, rounds)\n"
+            "  --restart-rank R|any --restart-after S [--restarts K] [--restart-every E]\n"
+            "                    rank R (any: a rank drawn from --seed, each time) is\n"
+            "                    killed (SIGKILL) S s into the pass, and K - 1 more times\n"
+            "                    E s apart (defaults 10, 1, 10); run it under shs-launch\n"
+            "                    --restart R|any, which starts it again: it rejoins the\n"
+            "                    running job and trains the rest of its share (s-ma or\n"
+            "                    s-bmuf, pull or live path, --model wide)\n"
             "  --model wide|dlrm the student (default wide). dlrm: the hybrid trainer, a\n"
             "                    Criteo-shaped log (13 dense, 26 categorical features),\n"
             "                    sharded embedding tables (row-wise Adagrad on the\n"
@@ -91,6 +98,10 @@ static void defaults(ctr_opts_t *o)
     o->tables = "sharded";
     o->stall_rank = -1;
     o->stall_after = 10;
+    o->restart_rank = CTR_RESTART_NONE;
+    o->restart_after = 10;
+    o->restart_every = 10;
+    o->restarts = 1;
 }
 
 /* --params P: the number of buckets that gives about P parameters */
@@ -139,6 +150,25 @@ static void check_stall(const ctr_opts_t *o, int given)
         ctr_die("--stall-rank: not with --eval-only (it has no pass to stall)");
 }
 
+/* What a rejoined rank can take part in (docs/failures.md, "Rejoining"). */
+static void check_restart(const ctr_opts_t *o)
+{
+    if (o->restart_rank < 0 && o->restart_rank != CTR_RESTART_ANY)
+        ctr_die("--restart-rank %d: not a rank (0 or more) nor any", o->restart_rank);
+    if (strcmp(o->mode, "s-ma") != 0 && strcmp(o->mode, "s-bmuf") != 0)
+        ctr_die("--restart-rank: needs --mode s-ma or s-bmuf (a rejoined rank's engine takes "
+                "MA or BMUF in the background), not %s", o->mode);
+    if (strcmp(o->path, "ring") == 0)
+        ctr_die("--restart-rank: not with --path ring (a rejoined rank takes the pull or live "
+                "path)");
+    if (strcmp(o->model, "wide") != 0 || o->sync_only_s > 0 || o->eval_only != NULL)
+        ctr_die("--restart-rank: only with --model wide, training (no --sync-only or "
+                "--eval-only)");
+    if (o->restarts < 1 || !(o->restart_every > 0))
+        ctr_die("--restarts %d --restart-every %g: need at least one restart, a positive "
+                "interval", o->restarts, o->restart_every);
+}
+
 void ctr_parse(int argc, char **argv, ctr_opts_t *o)
 {
     defaults(o);
@@ -161,6 +191,8 @@ void ctr_parse(int argc, char **argv, ctr_opts_t *o)
         {"eval-only", 1, NULL, 'V'},
         {"stall-rank", 1, NULL, 'r'},    {"stall-for", 1, NULL, 'f'},
         {"stall-after", 1, NULL, 'd'},
+        {"restart-rank", 1, NULL, 'X'},  {"restart-after", 1, NULL, 'Y'},
+        {"restarts", 1, NULL, 'Z'},      {"restart-every", 1, NULL, 'W'},
         {NULL, 0, NULL, 0}};
     int dim_set = 0;
     int stall = 0; /* STALL_* bits of the --stall-* options given */
@@ -216,6 +248,14 @@ void ctr_parse(int argc, char **argv, ctr_opts_t *o)
             o->stall_after = stall_arg("--stall-after", optarg, false);
             stall |= STALL_AFTER;
             break;
+        case 'X':
+            o->restart_rank = strcmp(optarg, "any") == 0
+                                  ? CTR_RESTART_ANY
+                                  : (int)stall_arg("--restart-rank", optarg, true);
+            break;
+        case 'Y': o->restart_after = stall_arg("--restart-after", optarg, false); break;
+        case 'Z': o->restarts = (int)stall_arg("--restarts", optarg, true); break;
+        case 'W': o->restart_every = stall_arg("--restart-every", optarg, false); break;
         case 'h': ctr_usage(stdout); exit(0);
         default: ctr_usage(stderr); exit(2);
         }
@@ -247,6 +287,8 @@ void ctr_parse(int argc, char **argv, ctr_opts_t *o)
         ctr_die("--no-finish: not with fr-easgd (its finish serves the ranks' last deltas)");
     if (stall != 0)
         check_stall(o, stall);
+    if (o->restart_rank != CTR_RESTART_NONE)
+        check_restart(o);
     if (o->eval_only != NULL)
         ctr_hybrid_read_header(o);
     if (o->target_params > 0)

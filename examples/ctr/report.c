@@ -35,7 +35,8 @@ void ctr_write_json(const ctr_run_t *r, const ctr_result_t *res)
             "\"torn\": %llu, \"fr_every\": %llu, \"interval_us\": %u, \"path\": \"%s\", "
             "\"worker_nice\": %d, \"failed_peers\": %d, \"fail_seen_s\": %.4f, "
             "\"eps_after\": %.2f, \"rounds_after\": %llu, \"syncs_per_min_after\": %.3f, "
-            "\"straggler_skips\": %llu, \"rounds_left_out\": %llu, \"curve\": [",
+            "\"straggler_skips\": %llu, \"rounds_left_out\": %llu, \"rejoined\": %d, "
+            "\"rejoin_sync_s\": %.3f, \"curve\": [",
             r->o.label, r->o.mode, r->o.ds, r->rank, r->size, r->o.workers, r->nparams,
             (unsigned long long)res->examples, res->train_s, res->eps, res->train_ne,
             res->eval_ne, res->auc, res->avg_ne, res->avg_auc, (unsigned long long)res->rounds,
@@ -45,7 +46,8 @@ void ctr_write_json(const ctr_run_t *r, const ctr_result_t *res)
             (unsigned long long)res->torn, (unsigned long long)(r->foreground ? r->o.fr_every : 0),
             r->o.interval_us, r->o.path, r->o.worker_nice, res->failed, res->fail_seen_s,
             res->eps_after, (unsigned long long)res->rounds_after, res->syncs_per_min_after,
-            (unsigned long long)res->straggler_skips, (unsigned long long)res->rounds_left_out);
+            (unsigned long long)res->straggler_skips, (unsigned long long)res->rounds_left_out,
+            r->rejoined ? 1 : 0, r->rejoin_sync_s);
     /* rank 0: the whole curve; the others: their last point (none when no
      * checkpoint was taken: --sync-only, --eval-only) */
     int first = r->rank == 0 || r->nckpt == 0 ? 0 : r->nckpt - 1;

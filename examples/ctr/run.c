@@ -185,6 +185,7 @@ int ctr_main(int argc, char **argv, const ctr_hooks_t *hooks)
     ctr_run_t r;
     memset(&r, 0, sizeof(r));
     r.hooks = hooks;
+    r.proc_t0 = ctr_now();
     ctr_parse(argc, argv, &r.o);
     ctr_mode_of(&r);
     r.rank = 0;
@@ -201,16 +202,29 @@ int ctr_main(int argc, char **argv, const ctr_hooks_t *hooks)
     g_rank = r.rank;
     ctr_stall_rank(&r);
     double tgen;
-    if (strcmp(r.o.model, "dlrm") == 0) {
+    if (r.ctx != NULL)
+        ctr_restart_init(&r);
+    if (r.rejoined) {
+        /* back into the running job first: the engine syncs while the data
+         * is drawn. It skips the start-up's collective (the memory check):
+         * the job made it long ago and destroyed its regions, which a
+         * rejoiner does not make again (docs/failures.md) */
+        ctr_layout_init(&r.lay, &r.o.shape);
+        r.nparams = r.lay.count;
+        setup_model(&r);
+        CTR_CHECK(shs_shadow_start(r.sh));
+        tgen = draw_data(&r);
+    } else if (strcmp(r.o.model, "dlrm") == 0) {
         ctr_hybrid_setup(&r, &tgen);
     } else {
         ctr_layout_init(&r.lay, &r.o.shape);
         r.nparams = r.lay.count;
         tgen = draw_data(&r);
     }
-    if (r.ctx != NULL)
+    if (r.ctx != NULL && !r.rejoined)
         check_memory(&r);
-    setup_model(&r);
+    if (!r.rejoined)
+        setup_model(&r);
     if (r.rank == 0)
         printf("%-10s %d rank(s) x %d workers, %zu params (%.1f MB), %llu training examples, "
                "%llu held out%s (data drawn in %.1f s)\n",

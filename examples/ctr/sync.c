@@ -80,8 +80,8 @@ void ctr_sync_start(ctr_run_t *r)
         uint64_t per_worker = r->o.examples / (uint64_t)r->size / (uint64_t)r->o.workers;
         r->nsync = per_worker / r->o.fr_every;
         pthread_barrier_init(&r->bar, NULL, (unsigned)r->o.workers);
-    } else if (r->sync) {
-        CTR_CHECK(shs_shadow_start(r->sh));
+    } else if (r->sync && !r->rejoined) {
+        CTR_CHECK(shs_shadow_start(r->sh)); /* a rejoiner's runs already (run.c) */
     }
 }
 
@@ -155,6 +155,37 @@ void ctr_sync_stop(ctr_run_t *r, ctr_result_t *res, ctr_fail_mark_t *mark, doubl
     ctr_series_print(r);
 }
 
+/* Whether every rank may run the job-wide steps: each rank's own answer
+ * (ok), put together among the living ranks (a table of votes over RDMA,
+ * then a barrier), so that all take the same way: a rank that saw a failure
+ * the others did not, or whose engine had not taken a rejoined rank back
+ * when it stopped, makes every rank skip them; a failed rank, which does
+ * not vote, too. */
+static bool agree(ctr_run_t *r, bool ok)
+{
+    shs_region_t *t;
+    const int n = r->size;
+    CTR_CHECK(shs_region_alloc(r->ctx, (size_t)n * 8,
+                               SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_WRITE, &t));
+    uint64_t *v = shs_region_addr(t); /* zeroed by the allocation */
+    size_t mine = (size_t)r->rank * 8;
+    v[r->rank] = ok ? 2 : 1;
+    for (int p = 0; p < n; p++) /* a failed peer does not vote either */
+        if (p != r->rank && shs_ctx_peer_status(r->ctx, p, NULL) == SHS_OK)
+            (void)shs_write(r->ctx, p, t, mine, t, mine, 8, 0);
+    (void)shs_flush(r->ctx, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT);
+    CTR_CHECK(shs_ctx_barrier(r->ctx));
+    bool all = true;
+    for (int p = 0; p < n; p++)
+        all &= __atomic_load_n(&v[p], __ATOMIC_ACQUIRE) == 2;
+    CTR_CHECK(shs_ctx_barrier(r->ctx)); /* every vote read before the table goes */
+    shs_region_destroy(t);
+    if (ok && !all)
+        printf("%-10s rank %d: another rank saw a failure (or had not taken a rejoined rank "
+               "back): the job-wide steps are skipped\n", r->o.label, r->rank);
+    return all;
+}
+
 /* Whether the job-wide steps at the end (shs_shadow_finish, barriers, the
  * final allreduce) may run: not after a peer failure, where the survivors
  * evaluate their own models. Runs the first of them, shs_shadow_finish, and
@@ -166,11 +197,13 @@ bool ctr_sync_teardown(ctr_run_t *r, const ctr_result_t *res)
     if (r->ctx == NULL)
         return true;
     /* a connection the transport failed after the engine's last look also
-     * rules the job-wide steps out */
+     * rules the job-wide steps out (a rank that rejoined is taken back on
+     * the context at its next poll: one first) */
+    (void)shs_progress(r->ctx);
     int gone = 0;
     for (int p = 0; p < r->size; p++)
         gone += p != r->rank && shs_ctx_peer_status(r->ctx, p, NULL) != SHS_OK;
-    if (res->failed != 0 || gone != 0)
+    if (!agree(r, res->failed == 0 && gone == 0))
         return false;
     /* the finish first: in FR-EASGD a rank still in its last rounds needs
      * this rank's inbox credits, which a plain barrier would not give */
@@ -178,6 +211,13 @@ bool ctr_sync_teardown(ctr_run_t *r, const ctr_result_t *res)
     const char *step = "shs_shadow_finish";
     if (r->sync && !r->o.no_finish) {
         st = shs_shadow_finish(r->sh);
+        /* a rank rejoined: not settled, on every rank alike; the barrier
+         * and the average (over the mesh, the rejoiner with them) go on */
+        if (st == SHS_ERR_UNSUPPORTED) {
+            printf("%-10s rank %d: a rank rejoined during the run: models not settled; the "
+                   "average of the ranks' models is taken\n", r->o.label, r->rank);
+            st = SHS_OK;
+        }
         /* a peer failed or did not come: the job-wide steps are skipped
          * below, as after a failure seen in the pass */
         if (st != SHS_OK && st != SHS_ERR_PEER_FAILED && st != SHS_ERR_TIMEOUT)

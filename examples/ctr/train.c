@@ -40,7 +40,9 @@ static void wide_work(ctr_worker_t *w)
      * iterate, which makes modes comparable run to run */
     const float lr0 = r->o.lr, lr1 = r->o.lr * r->o.lr_end;
     const double inv_n = 1.0 / (double)(r->ntrain > 0 ? r->ntrain : 1);
-    for (size_t i = (size_t)w->id; i < r->ntrain; i += (size_t)W) {
+    /* a rejoiner: where its predecessor stopped (restart.c) */
+    size_t from = (size_t)(r->start_pos - r->start_pos % (uint64_t)W);
+    for (size_t i = from + (size_t)w->id; i < r->ntrain; i += (size_t)W) {
         const ctr_example_t *ex = &r->train[i];
         float lr = lr0 + (lr1 - lr0) * (float)((double)i * inv_n);
         float q = ctr_sgd_step(&r->lay, r->model, ex, lr);
@@ -107,6 +109,7 @@ static void monitor(ctr_run_t *r, ctr_worker_t *ws, double t0, ctr_fail_mark_t *
         uint64_t done = workers_done(ws, r->o.workers);
         if (r->hooks != NULL && r->hooks->progress != NULL)
             r->hooks->progress(r, done);
+        ctr_restart_tick(r, done);
         ctr_series_sample(r, false);
         shs_shadow_stats_t s;
         if (r->sync && mark->t == 0 && shs_shadow_stats(r->sh, &s) == SHS_OK &&
@@ -144,9 +147,12 @@ static void run_pass(ctr_run_t *r, ctr_result_t *res, ctr_fail_mark_t *mark, dou
     ctr_worker_t *ws = calloc((size_t)r->o.workers, sizeof(ctr_worker_t));
     if (ws == NULL)
         ctr_die("out of memory");
+    uint64_t before = r->start_pos / (uint64_t)r->o.workers; /* each worker's, done */
     for (int i = 0; i < r->o.workers; i++) {
         ws[i].run = r;
         ws[i].id = i;
+        ws[i].count = before;
+        atomic_store(&ws[i].done, before);
         if (pthread_create(&ws[i].th, NULL, worker_main, &ws[i]) != 0)
             ctr_die("cannot start worker %d", i);
     }
@@ -160,7 +166,8 @@ static void run_pass(ctr_run_t *r, ctr_result_t *res, ctr_fail_mark_t *mark, dou
         pos += ws[i].pos;
         res->examples += ws[i].count;
     }
-    res->train_s = ctr_now() - t0;
+    res->examples -= before * (uint64_t)r->o.workers; /* this process's */
+    res->train_s = ctr_now() - (r->rejoined ? r->pass_t0 : t0);
     res->eps = (double)res->examples / res->train_s;
     /* on the examples trained on (a skipped one has no loss) */
     double h = trained > 0 ? ctr_entropy(pos / (double)trained) : 0;
@@ -177,9 +184,11 @@ void ctr_train(ctr_run_t *r)
     r->ckpt = malloc(copies * r->nparams * sizeof(float));
     if (r->ckpt == NULL)
         ctr_die("out of memory");
-    if (r->ctx != NULL)
+    /* the pass starts together (a rejoiner: the job's started long ago) */
+    if (r->ctx != NULL && !r->rejoined)
         CTR_CHECK(shs_ctx_barrier(r->ctx));
-    double t0 = ctr_now();
+    r->pass_t0 = ctr_now();
+    double t0 = r->rejoined ? r->job_t0 : r->pass_t0;
     r->t0 = t0;
     ctr_sync_start(r);
     ctr_stall_start(r);

@@ -63,7 +63,13 @@ typedef struct ctr_opts {
     const char *eval_only;                  /* dlrm: load DIR's model, evaluate it */
     int stall_rank;                         /* --stall-rank: the rank to stop, -1: none */
     double stall_for, stall_after;          /* its stall and when it starts (s) */
+    int restart_rank;                       /* --restart-rank: a rank, CTR_RESTART_ANY or _NONE */
+    double restart_after, restart_every;    /* the first kill, the time between kills (s) */
+    int restarts;                           /* --restarts: kills in the run */
 } ctr_opts_t;
+
+#define CTR_RESTART_NONE (-1)
+#define CTR_RESTART_ANY (-2)
 
 typedef struct ctr_hybrid ctr_hybrid_t;
 
@@ -107,6 +113,14 @@ struct ctr_run {
     int failed; /* peers failed during the run: skip the job-wide teardown steps */
     pid_t stall_pid; /* --stall-rank: the watcher child (stall.c), 0: none */
     int stall_fd;    /* its socket, while stall_pid != 0 */
+    /* restarts (restart.c) */
+    bool rejoined;        /* this process is a restarted rank (SHS_REJOIN=1) */
+    double proc_t0;       /* this process started (ctr_now) */
+    double job_t0;        /* a rejoiner: the job's pass started (its t0) */
+    double pass_t0;       /* this process's pass started */
+    double rejoin_sync_s; /* a rejoiner: its first synced round, from proc_t0 */
+    uint64_t start_pos;   /* a rejoiner: examples of its share done before it died */
+    int restart_next;     /* the next kill of the schedule */
 };
 
 /* One Hogwild worker thread of the pass (train.c). */
@@ -216,5 +230,11 @@ void ctr_stall_end(ctr_run_t *r);
 void ctr_series_sample(ctr_run_t *r, bool last);
 void ctr_series_print(const ctr_run_t *r);
 void ctr_series_json(FILE *f);
+
+/* restart.c: --restart-rank. init once the rank is known (a rejoiner reads
+ * where its predecessor stopped); tick from the pass's monitor (the kill
+ * schedule; a rejoiner's first synced round) */
+void ctr_restart_init(ctr_run_t *r);
+void ctr_restart_tick(ctr_run_t *r, uint64_t done);
 
 #endif

@@ -29,6 +29,16 @@ def load_runs(d, pattern="*.rank*.json"):
     return runs
 
 
+def label_numbers(d, prefix):
+    """The K of every DIR/<prefix>K.rank<r>.json, sorted (the pairs of a figures run)."""
+    ks = set()
+    for f in glob.glob(os.path.join(d, glob.escape(prefix) + "*.rank*.json")):
+        m = re.match(re.escape(prefix) + r"(\d+)\.rank", os.path.basename(f))
+        if m:
+            ks.add(int(m.group(1)))
+    return sorted(ks)
+
+
 def load_ranks(d, label):
     """The rank dicts of one label, by rank ([] when there are none)."""
     return load_runs(d, glob.escape(label) + ".rank*.json").get(label, [])

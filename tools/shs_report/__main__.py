@@ -10,6 +10,8 @@
     tradeoff DIR [--page P | --no-page]      medians of tools/ctr-tradeoff
     fault-figures DIR [--page P | --no-page] the two runs of tools/fault-figures
     stall-figures DIR [--page P | --no-page] the runs of tools/stall-figures
+    restart-figures DIR [--page P | --no-page]  the runs of tools/restart-figures
+    rdma-sample FILE         queue pairs and regions per process, twice a second
     allreduce-compare RESULTS --mtu N --command C [--page P | --no-page]
                                              the report of tools/allreduce-compare
     emb-compare RESULTS --command C [--page P | --no-page]
@@ -23,8 +25,8 @@
 """
 import sys
 
-from . import (allreduce, ctr, emb, faults, finish, free_port, pyoverhead, pytorch, seeds,
-               stalls, summary, sweeps, tradeoff)
+from . import (allreduce, ctr, emb, faults, finish, free_port, pyoverhead, pytorch, restarts,
+               seeds, stalls, summary, sweeps, tradeoff)
 
 COMMANDS = {
     "ctr": ctr.main,
@@ -34,6 +36,8 @@ COMMANDS = {
     "tradeoff": tradeoff.main,
     "fault-figures": faults.main,
     "stall-figures": stalls.main,
+    "restart-figures": restarts.main,
+    "rdma-sample": restarts.sample_main,
     "emb-compare": emb.main,
     "allreduce-compare": allreduce.main,
     "python-overhead": pyoverhead.main,

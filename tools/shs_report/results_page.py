@@ -115,14 +115,15 @@ def try_write_block(path, name, body, script, title=None):
 
 def block_main(argv, prog, page, block, script, title, load, body, enough):
     """The main of a report that turns one OUT directory into one block:
-    `prog OUT --command C [--page P | --no-page]`. load(out) reads the
+    `prog OUT [--command C] [--page P | --no-page]`. load(out) reads the
     results, enough(results) says whether there is something to report,
-    body(results, command) is the block's markdown."""
+    body(results, command) is the block's markdown (command None: the one
+    the results recorded)."""
     import argparse
     import sys
     ap = argparse.ArgumentParser(prog=prog)
     ap.add_argument("out")
-    ap.add_argument("--command", required=True)
+    ap.add_argument("--command")
     ap.add_argument("--page", default=page_path(page))
     ap.add_argument("--no-page", action="store_true")
     a = ap.parse_args(argv)

@@ -14,13 +14,12 @@ stall; then the medians over survivors and pairs. Writes the block
 stall-figures of docs/results/stalls.md. Python 3 standard library only.
 """
 import argparse
-import glob
 import os
 import re
 import statistics
 import sys
 
-from . import load_ranks, results_page
+from . import label_numbers, load_ranks, results_page
 
 STALLED = 3
 SURVIVORS = (0, 1, 2)
@@ -74,12 +73,7 @@ def fmt(x, spec="%.0f"):
 
 
 def pairs(out):
-    ks = set()
-    for f in glob.glob(os.path.join(out, "stall3-*.rank*.json")):
-        m = re.match(r"stall3-(\d+)\.rank", os.path.basename(f))
-        if m:
-            ks.add(int(m.group(1)))
-    return sorted(ks)
+    return label_numbers(out, "stall3-")
 
 
 def report(out):

@@ -1,0 +1,106 @@
+/*
+ * --restart-rank R|any --restart-after S [--restarts K] [--restart-every E]:
+ * ranks killed (SIGKILL) and started again by the launcher (shs-launch
+ * --restart R|any), K times: kill j (0..K-1) comes S + j E seconds into the
+ * job's pass, to rank R or, with `any`, to a rank drawn from --seed and j.
+ *
+ * Before it dies the victim writes its data position and the job's start
+ * to a file (the demo's stand-in for a trainer's data-loader checkpoint).
+ * The new process (SHS_REJOIN=1, set by the launcher) reads it, rejoins the
+ * running job with the same regions and engine (the model seeded from a
+ * survivor's snapshot), skips what only the job's start-up does (the memory
+ * check's collective, the start barrier) and trains the rest of its share.
+ * It reports when it was syncing again, counted from its process start.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer.h"
+
+static void state_path(const ctr_run_t *r, char *buf, size_t len)
+{
+    const char *dir = getenv("TMPDIR");
+    snprintf(buf, len, "%s/shs-ctr-restart-%s.rank%d", dir != NULL && *dir ? dir : "/tmp",
+             getenv("SHS_JOB_TOKEN"), r->rank);
+}
+
+/* The rank kill j goes to. */
+static int victim(const ctr_run_t *r, int j)
+{
+    if (r->o.restart_rank >= 0)
+        return r->o.restart_rank;
+    uint64_t x = r->o.seed * 0x9e3779b97f4a7c15ull + (uint64_t)j + 1;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return (int)((x ^ (x >> 31)) % (uint64_t)r->size);
+}
+
+void ctr_restart_init(ctr_run_t *r)
+{
+    const char *rj = getenv("SHS_REJOIN");
+    r->rejoined = rj != NULL && strcmp(rj, "1") == 0;
+    if (r->o.restart_rank == CTR_RESTART_NONE && !r->rejoined)
+        return;
+    if (getenv("SHS_JOB_TOKEN") == NULL)
+        ctr_die("--restart-rank: run it under shs-launch --restart (SHS_JOB_TOKEN is unset)");
+    if (r->o.restart_rank >= r->size)
+        ctr_die("--restart-rank %d: the job has %d rank(s), 0..%d", r->o.restart_rank, r->size,
+                r->size - 1);
+    if (!r->rejoined)
+        return;
+    char path[4096];
+    state_path(r, path, sizeof(path));
+    FILE *f = fopen(path, "r");
+    double t0 = 0;
+    int next = 0;
+    unsigned long long pos = 0;
+    if (f == NULL || fscanf(f, "%lf %d %llu", &t0, &next, &pos) != 3)
+        ctr_die("rejoined, but %s (the killed process's position) %s", path,
+                f == NULL ? strerror(errno) : "is not readable");
+    fclose(f);
+    r->job_t0 = t0;
+    r->restart_next = next;
+    r->start_pos = pos;
+    printf("%-10s rank %d: started again (SHS_REJOIN=1); rejoins the running job; resumes at "
+           "example %llu of its share\n", r->o.label, r->rank, pos);
+    fflush(stdout);
+}
+
+void ctr_restart_tick(ctr_run_t *r, uint64_t done)
+{
+    double now = ctr_now();
+    if (r->rejoined && r->rejoin_sync_s == 0 && r->sh != NULL) {
+        shs_shadow_stats_t s;
+        if (shs_shadow_stats(r->sh, &s) == SHS_OK && s.first_sync_ns != 0) {
+            r->rejoin_sync_s = (double)s.first_sync_ns / 1e9 - r->proc_t0;
+            printf("%-10s rank %d: rejoined: syncing again %.2f s after its process started "
+                   "(at %.3f s, CLOCK_MONOTONIC)\n", r->o.label, r->rank, r->rejoin_sync_s,
+                   (double)s.first_sync_ns / 1e9);
+            fflush(stdout);
+        }
+    }
+    while (r->o.restart_rank != CTR_RESTART_NONE && r->restart_next < r->o.restarts) {
+        int j = r->restart_next;
+        double tj = r->t0 + r->o.restart_after + j * r->o.restart_every;
+        if (now < tj)
+            return;
+        /* a rejoiner does not act on kills due before it was back */
+        if (victim(r, j) != r->rank || (r->rejoined && tj < r->pass_t0)) {
+            r->restart_next++;
+            continue;
+        }
+        char path[4096];
+        state_path(r, path, sizeof(path));
+        FILE *f = fopen(path, "w");
+        if (f == NULL || fprintf(f, "%.9f %d %llu\n", r->t0, j + 1,
+                                 (unsigned long long)done) < 0 || fclose(f) != 0)
+            ctr_die("--restart-rank: cannot write %s: %s", path, strerror(errno));
+        printf("%-10s rank %d: killed (restart %d of %d) at %.2f s into the pass (at %.3f s, "
+               "CLOCK_MONOTONIC), after %llu examples\n", r->o.label, r->rank, j + 1,
+               r->o.restarts, now - r->t0, now, (unsigned long long)done);
+        fflush(stdout);
+        raise(SIGKILL);
+    }
+}
