@@ -45,6 +45,20 @@ bool shs__ctx_replay_refused(const shs_ctx_t *ctx, const char *call)
     return true;
 }
 
+bool shs__ctx_replaying(const shs_ctx_t *ctx)
+{
+    return shs__rejoin_replaying(ctx->parent != NULL ? ctx->parent : ctx);
+}
+
+shs_status_t shs__ctx_rejoin_skip(shs_ctx_t *ctx, size_t n)
+{
+    shs_ctx_t *c = ctx->parent != NULL ? ctx->parent : ctx;
+    if (!shs__rejoin_replaying(c))
+        return SHS_ERR_BAD_STATE;
+    c->rj_regions += n;
+    return SHS_OK;
+}
+
 bool shs__ctx_is_rejoined(const shs_ctx_t *ctx)
 {
     const shs_ctx_t *c = ctx->parent != NULL ? ctx->parent : ctx;

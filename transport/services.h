@@ -48,6 +48,15 @@ bool shs__ctx_rejoin_refused(const shs_ctx_t *ctx, const char *call);
  * True, logged. */
 bool shs__ctx_replay_refused(const shs_ctx_t *ctx, const char *call);
 
+/* A rejoined rank replaying the job's regions passes n of them (those of an
+ * object of the job it cannot join, such as a collective: its regions keep
+ * their place). SHS_ERR_BAD_STATE when it is not replaying. */
+shs_status_t shs__ctx_rejoin_skip(shs_ctx_t *ctx, size_t n);
+
+/* Whether ctx is a rejoined rank's that is still making the regions the job
+ * held when it came back (its set-up replayed; context.h). */
+bool shs__ctx_replaying(const shs_ctx_t *ctx);
+
 /* Whether ctx (or an endpoint's context) is a rejoined rank's. */
 bool shs__ctx_is_rejoined(const shs_ctx_t *ctx);
 

@@ -218,6 +218,17 @@ static shs_status_t check_same_params(shs_coll_t *coll, shs_status_t local)
     return st;
 }
 
+shs_status_t shs__coll_replay_skip(shs_ctx_t *ctx, const shs_coll_params_t *params)
+{
+    shs__coll_conf_t c;
+    conf_from_knobs(&c, shs__ctx_config(ctx));
+    shs__coll_conf_apply(&c, params);
+    /* what create registers and keeps: the inbox, the staging area, the
+     * bf16 outbox (the parameter check's table is destroyed at once) */
+    size_t n = 1 + (c.stage_bytes > 0 ? 1u : 0u) + (c.wire == SHS_WIRE_BF16 ? 1u : 0u);
+    return shs__ctx_rejoin_skip(ctx, n);
+}
+
 shs_status_t shs_coll_create(shs_ctx_t *ctx, const shs_coll_params_t *params,
                              shs_coll_t **coll_p)
 {

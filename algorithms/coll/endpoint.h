@@ -14,4 +14,11 @@
 shs_status_t shs__coll_create_on(shs_ctx_t *ctx, shs_ctx_t *io, const shs_coll_params_t *params,
                                  shs_coll_t **coll_p);
 
+/* A rank that rejoined the running job, replaying the job's regions
+ * (context.h), passes a collective the job made at start-up and still
+ * holds: the collective's regions keep their place in the replay. It
+ * cannot join the collective itself (its peers' per-call counts are the old
+ * incarnation's). SHS_ERR_BAD_STATE when ctx is not replaying. */
+shs_status_t shs__coll_replay_skip(shs_ctx_t *ctx, const shs_coll_params_t *params);
+
 #endif

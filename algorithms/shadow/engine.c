@@ -258,17 +258,17 @@ static shs_status_t check_model(shs_ctx_t *ctx, shs_region_t *model, size_t offs
     return shs__ctx_refused(ctx, "shs_shadow_create") ? SHS_ERR_BAD_STATE : SHS_OK;
 }
 
-/* A rank that rejoined a running job takes the pull or live path (MA,
- * BMUF): the ring path's and EASGD's set-up is collective among ranks that
- * create their engines together, which the running ranks did long ago. */
+/* A rank that rejoined a running job joins its engine on the pull, live
+ * or ring path (MA, BMUF; on the ring path the living ranks have fallen
+ * back to pulling, and so does it): EASGD's center and inboxes are set up
+ * among ranks that create their engines together. */
 static shs_status_t check_rejoin(const shs_shadow_t *sh)
 {
-    if (!shs__ctx_is_rejoined(sh->ctx) || sh->ops->setup == NULL)
+    if (!sh->rejoining || sh->cfg.algo != SHS_SHADOW_EASGD)
         return SHS_OK;
-    SHS_ERROR("shs_shadow_create: refused on a rank that rejoined a running job: the %s path "
-              "sets up a collective with the ranks that created their engines together; "
-              "a rejoined rank takes the pull or live path (MA, BMUF): docs/failures.md",
-              sh->ops->name);
+    SHS_ERROR("shs_shadow_create: refused on a rank that rejoined a running job: EASGD's "
+              "center slices and inboxes are set up among the ranks that created their "
+              "engines together; a rejoined rank takes MA or BMUF: docs/failures.md");
     return SHS_ERR_UNSUPPORTED;
 }
 
@@ -288,6 +288,7 @@ shs_status_t shs_shadow_create(shs_ctx_t *ctx, shs_region_t *model, size_t offse
     sh->model = model;
     sh->model_off = offset;
     sh->n = count;
+    sh->rejoining = shs__ctx_replaying(ctx);
     sh->w = (float *)((uint8_t *)shs_region_addr(model) + offset);
     resolve_params(sh, params, &chunk_bytes);
     st = check_params(sh, chunk_bytes);
@@ -313,7 +314,7 @@ shs_status_t shs_shadow_create(shs_ctx_t *ctx, shs_region_t *model, size_t offse
     if (st != SHS_OK)
         goto err_free_regions;
     st = sh->ops->setup != NULL ? sh->ops->setup(sh) : SHS_OK;
-    if (st == SHS_OK && shs__ctx_is_rejoined(ctx))
+    if (st == SHS_OK && sh->rejoining)
         st = shs__rejoin_seed(sh);
     if (st != SHS_OK)
         goto err_fini_view;

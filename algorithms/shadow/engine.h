@@ -158,6 +158,8 @@ struct shs_shadow {
     shs_ctx_t *io;  /* the engine's endpoint of ctx: every read, write and poll
                        of a round, lent to the shadow thread while it runs */
     int rank, size;
+    bool rejoining; /* made by a rank that rejoined, replaying the job's set-up
+                       (rejoin.c): not collective, the job's engine joined */
     shs_region_t *model;
     size_t model_off; /* bytes */
     size_t n;         /* float32 elements */

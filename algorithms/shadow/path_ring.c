@@ -19,23 +19,42 @@ static bool ring_usable(const shs_shadow_t *sh)
     return !sh->ring_off && !sh->pull_set && sh->view.nfailed == 0;
 }
 
+static void coll_params(const shs_shadow_t *sh, shs_coll_params_t *cp)
+{
+    memset(cp, 0, sizeof(*cp));
+    cp->field_mask = SHS_COLL_PARAM_STAGE_BYTES | SHS_COLL_PARAM_TIMEOUT | SHS_COLL_PARAM_WIRE;
+    cp->stage_bytes = 0; /* the engine reduces registered memory: no staging */
+    cp->timeout_ms = sh->cfg.wait_ms;
+    /* exact: the engine's conservation rules assume every member sums the
+     * same values (a bf16 wire for snapshots is the engine's own choice) */
+    cp->wire = SHS_WIRE_NATIVE;
+}
+
 shs_status_t shs__shadow_coll(shs_shadow_t *sh, shs_ctx_t *io, shs_coll_t **coll_p)
 {
     shs_coll_params_t cp;
-    memset(&cp, 0, sizeof(cp));
-    cp.field_mask = SHS_COLL_PARAM_STAGE_BYTES | SHS_COLL_PARAM_TIMEOUT | SHS_COLL_PARAM_WIRE;
-    cp.stage_bytes = 0; /* the engine reduces registered memory: no staging */
-    cp.timeout_ms = sh->cfg.wait_ms;
-    /* exact: the engine's conservation rules assume every member sums the
-     * same values (a bf16 wire for snapshots is the engine's own choice) */
-    cp.wire = SHS_WIRE_NATIVE;
+    coll_params(sh, &cp);
     return shs__coll_create_on(sh->ctx, io, &cp, coll_p);
 }
 
-/* The ring's calls run on the shadow thread: on the engine's endpoint. */
+/* The ring's calls run on the shadow thread: on the engine's endpoint. A
+ * rank that rejoined the running job cannot join the ring's collective
+ * (the others made it long ago): it passes its regions and pulls from the
+ * start, as the living ranks do since the failure that took it out. */
 static shs_status_t ring_setup(shs_shadow_t *sh)
 {
-    return shs__shadow_coll(sh, sh->io, &sh->coll);
+    if (!sh->rejoining)
+        return shs__shadow_coll(sh, sh->io, &sh->coll);
+    shs_coll_params_t cp;
+    coll_params(sh, &cp);
+    shs_status_t st = shs__coll_replay_skip(sh->ctx, &cp);
+    if (st != SHS_OK)
+        return st;
+    sh->ring_off = true;
+    sh->pull_set = true;
+    sh->pull_from = 0;
+    __atomic_store_n(&sh->hdr->pulling, 1, __ATOMIC_RELEASE);
+    return SHS_OK;
 }
 
 static void ring_teardown(shs_shadow_t *sh)

@@ -50,7 +50,7 @@ void ctr_usage(FILE *f)
             "                    E s apart (defaults 10, 1, 10); run it under shs-launch\n"
             "                    --restart R|any, which starts it again: it rejoins the\n"
             "                    running job and trains the rest of its share (s-ma or\n"
-            "                    s-bmuf, pull or live path, --model wide)\n"
+            "                    s-bmuf, --model wide)\n"
             "  --model wide|dlrm the student (default wide). dlrm: the hybrid trainer, a\n"
             "                    Criteo-shaped log (13 dense, 26 categorical features),\n"
             "                    sharded embedding tables (row-wise Adagrad on the\n"
@@ -158,9 +158,6 @@ static void check_restart(const ctr_opts_t *o)
     if (strcmp(o->mode, "s-ma") != 0 && strcmp(o->mode, "s-bmuf") != 0)
         ctr_die("--restart-rank: needs --mode s-ma or s-bmuf (a rejoined rank's engine takes "
                 "MA or BMUF in the background), not %s", o->mode);
-    if (strcmp(o->path, "ring") == 0)
-        ctr_die("--restart-rank: not with --path ring (a rejoined rank takes the pull or live "
-                "path)");
     if (strcmp(o->model, "wide") != 0 || o->sync_only_s > 0 || o->eval_only != NULL)
         ctr_die("--restart-rank: only with --model wide, training (no --sync-only or "
                 "--eval-only)");

@@ -77,7 +77,7 @@
  * `errors`; later rounds succeed over the living ranks (failed_peers and
  * rounds_after_failure in the stats).
  *
- * Rejoin (pull and live paths, MA and BMUF). A rank whose process died and
+ * Rejoin (MA and BMUF: pull, live and ring paths). A rank whose process died and
  * was started again with SHS_REJOIN=1 (context.h) makes the same regions and
  * calls shs_shadow_create as at the start; the call is not collective
  * there. Its engine takes the membership from a living peer, its model from
@@ -99,10 +99,11 @@
  * rejoiner. After a rejoin shs_shadow_finish does not settle the replicas
  * (SHS_ERR_UNSUPPORTED on every rank: each knows of the rejoin); a
  * collective average of the models (collective.h) works, the rejoiner with
- * the others. Not covered: the ring path and EASGD on a rejoiner
- * (SHS_ERR_UNSUPPORTED at create: their set-up is collective among ranks
- * that create their engines together; on the ring path the living ranks
- * have fallen back to pulling, so a rejoiner takes the pull path).
+ * the others. On the ring path the living ranks have fallen back to
+ * pulling at the failure, and the rejoiner pulls from the start (it passes
+ * the ring collective's regions: it cannot join that collective). Not
+ * covered: EASGD on a rejoiner (SHS_ERR_UNSUPPORTED at create: its center
+ * and inboxes are set up among ranks that create their engines together).
  *
  * Stragglers (pull path: MA and BMUF, all or DS-Sync groups). A member that
  * is alive but late (stopped, swapped, throttled) does not slow its group.
@@ -307,8 +308,8 @@ typedef struct shs_shadow_stats {
  *
  * Status: SHS_OK; SHS_ERR_INVALID_ARG (NULL, count 0, misaligned offset,
  * range outside the region, bad parameter, unknown schedule);
- * SHS_ERR_UNSUPPORTED (EASGD on a path other than pull; the ring path or EASGD
- * on a context that rejoined a running job, see "Rejoin"); SHS_ERR_NO_MEMORY;
+ * SHS_ERR_UNSUPPORTED (EASGD on a path other than pull; EASGD on a context
+ * that rejoined a running job, see "Rejoin"); SHS_ERR_NO_MEMORY;
  * on a rejoined rank also SHS_ERR_PEER_FAILED (no living peer to take the
  * job's state from), SHS_ERR_CONFIG or SHS_ERR_SIZE_MISMATCH (its regions
  * do not match the job's: region.h);

@@ -54,6 +54,8 @@
  *              process's engine starts from a survivor's snapshot (the
  *              mean), the survivors take it back (it is read again, no
  *              peer counted failed) and all four keep the mean
+ *   rejoin-ring the same on the ring path: the survivors fall back to
+ *              pulling when rank 2 dies, the rejoiner pulls from the start
  *   rejoin-ds  the same in DS-Sync pairs (hypercube, g = 2), the rejoiner
  *              starting from its own initial model (SHS_SHADOW_REJOIN_SEED
  *              =own): every rank converges to (3 mean + its model) / 4, so
@@ -862,13 +864,18 @@ static void wait_taken_back(shs_shadow_t *sh, bool meets, double t_gone)
 /*
  * Rank REJOIN_RANK is killed once the models agree and started again by
  * the launcher (SHS_REJOIN=1): the same regions and engine set-up rejoin
- * the running job. ds: DS-Sync pairs and the rejoiner's own model.
+ * the running job. ds: DS-Sync pairs and the rejoiner's own model; ring:
+ * the ring path.
  */
-static void case_rejoin(shs_ctx_t *ctx, shs_region_t *model, bool ds)
+static void case_rejoin(shs_ctx_t *ctx, shs_region_t *model, bool ds, bool ring)
 {
     float *w = shs_region_addr(model);
     bool back = getenv("SHS_REJOIN") != NULL, own = ds;
     shs_shadow_params_t p = ma_params(ds);
+    if (ring) {
+        p.field_mask |= SHS_SHADOW_PARAM_PATH;
+        p.path = SHS_SHADOW_PATH_RING;
+    }
     shs_shadow_t *sh;
     shs_region_t *res;
     fill(w, g_rank);
@@ -1026,7 +1033,7 @@ int main(int argc, char **argv)
 {
     if (argc != 2) {
         fprintf(stderr,
-                "usage: shs-launch -n 4 -- %s ma-all|ma-ds|ring-all|ring-ds|easgd|fr-easgd|stop|stop-ring|conserve|stop-conserve|bmuf|wire-mismatch|bf16-rule|stall|stall-ds|rejoin|rejoin-ds\n",
+                "usage: shs-launch -n 4 -- %s ma-all|ma-ds|ring-all|ring-ds|easgd|fr-easgd|stop|stop-ring|conserve|stop-conserve|bmuf|wire-mismatch|bf16-rule|stall|stall-ds|rejoin|rejoin-ds|rejoin-ring\n",
                 argv[0]);
         return RC_FAIL;
     }
@@ -1080,8 +1087,10 @@ int main(int argc, char **argv)
         case_stall(ctx, model, which[5] != '\0');
     else if (strcmp(which, "bf16-rule") == 0)
         case_bf16_rule(ctx, model);
-    else if (strcmp(which, "rejoin") == 0 || strcmp(which, "rejoin-ds") == 0)
-        case_rejoin(ctx, model, which[6] != '\0');
+    else if (strcmp(which, "rejoin") == 0 || strcmp(which, "rejoin-ds") == 0 ||
+             strcmp(which, "rejoin-ring") == 0)
+        case_rejoin(ctx, model, strcmp(which, "rejoin-ds") == 0,
+                    strcmp(which, "rejoin-ring") == 0);
     else
         fail("unknown case %s", which);
     CHECK_OK(shs_ctx_barrier(ctx));
