@@ -26,6 +26,10 @@ static void state_path(const ctr_run_t *r, char *buf, size_t len)
              getenv("SHS_JOB_TOKEN"), r->rank);
 }
 
+/* How long a rejoiner's pass runs at most before a kill that was due
+ * while it started may come (s). */
+#define RESTART_SETTLE_S 3.0
+
 /* The rank kill j goes to. */
 static int victim(const ctr_run_t *r, int j)
 {
@@ -86,11 +90,15 @@ void ctr_restart_tick(ctr_run_t *r, uint64_t done)
         double tj = r->t0 + r->o.restart_after + j * r->o.restart_every;
         if (now < tj)
             return;
-        /* a rejoiner does not act on kills due before it was back */
-        if (victim(r, j) != r->rank || (r->rejoined && tj < r->pass_t0)) {
+        if (victim(r, j) != r->rank) {
             r->restart_next++;
             continue;
         }
+        /* a kill due while this process was still starting (a rejoiner
+         * drawing its data) comes once it has synced again, or its pass has
+         * run for RESTART_SETTLE_S */
+        if (r->rejoined && r->rejoin_sync_s == 0 && now < r->pass_t0 + RESTART_SETTLE_S)
+            return;
         char path[4096];
         state_path(r, path, sizeof(path));
         FILE *f = fopen(path, "w");

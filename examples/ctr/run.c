@@ -48,7 +48,10 @@ static double draw_data(ctr_run_t *r)
     if (r->train == NULL || r->eval == NULL)
         ctr_die("out of memory for %zu examples", r->ntrain);
     double t = ctr_now();
-    for (size_t i = 0; i < r->ntrain; i++)
+    /* a rejoiner: only what is left of its share, from where its workers
+     * start (restart.c, train.c) */
+    size_t from = (size_t)(r->start_pos - r->start_pos % (uint64_t)r->o.workers);
+    for (size_t i = from < r->ntrain ? from : r->ntrain; i < r->ntrain; i++)
         ctr_example(&teacher, lo + i, &r->train[i]);
     for (size_t i = 0; i < neval; i++)
         ctr_example(&teacher, r->o.examples + i, &r->eval[i]);

@@ -110,6 +110,11 @@ static void monitor(ctr_run_t *r, ctr_worker_t *ws, double t0, ctr_fail_mark_t *
         if (r->hooks != NULL && r->hooks->progress != NULL)
             r->hooks->progress(r, done);
         ctr_restart_tick(r, done);
+        /* the thread that drives the context polls it: a rank that rejoined
+         * is taken back on the context there (its engine's endpoint takes
+         * it back by itself), which a later rejoin of that rank needs */
+        if (r->ctx != NULL)
+            (void)shs_progress(r->ctx);
         ctr_series_sample(r, false);
         shs_shadow_stats_t s;
         if (r->sync && mark->t == 0 && shs_shadow_stats(r->sh, &s) == SHS_OK &&

@@ -62,27 +62,32 @@ def pair_rows(out):
         back = [j for j in rs.values() if j.get("rejoined")]
         surv = [j["eval_ne"] for j in rs.values() if not j.get("rejoined")]
         if not back or not surv or 0 not in rs or 0 not in ps:
-            rows.append("| %d | incomplete (exit %s) | | | | |" % (k, rc_of(out, "restart-%d" % k)))
+            rows.append("| %d | incomplete (exit %s) | | | | | |" % (k, rc_of(out,
+                                                                      "restart-%d" % k)))
             continue
         j = back[0]
-        d = pct(j["eval_ne"], statistics.mean(surv))
+        # the median: after a rejoin the replicas are not settled at the end,
+        # and the rank that trains on alone last drifts (its calibration)
+        d = pct(j["eval_ne"], statistics.median(surv))
         a = pct(rs[0]["avg_ne"], ps[0]["avg_ne"])
         sync_s.append(j["rejoin_sync_s"])
         ne_d.append(d)
         avg_d.append(a)
-        rows.append("| %d | %.2f | %.5f / %.5f (%+.2f %%) | %.5f / %.5f (%+.2f %%) | %d | %s |" % (
-            k, j["rejoin_sync_s"], j["eval_ne"], statistics.mean(surv), d, rs[0]["avg_ne"],
+        rows.append("| %d | %.2f | %.5f / %.5f (%+.2f %%) | %s | %.5f / %.5f (%+.2f %%) | %d | "
+                    "%s |" % (
+            k, j["rejoin_sync_s"], j["eval_ne"], statistics.median(surv), d,
+            " ".join("%.4f" % x for x in sorted(surv)), rs[0]["avg_ne"],
             ps[0]["avg_ne"], a, sum(x["failed_peers"] for x in rs.values()),
             rc_of(out, "restart-%d" % k)))
     head = ["| pair | rejoiner syncing again (s from its process start) | rejoiner's eval NE / "
-            "survivors' mean | job's average-model NE / without a failure | failed peers at "
-            "the end | exit |", "|---|---|---|---|---|---|"]
+            "survivors' median | survivors' eval NE | job's average-model NE / without a "
+            "failure | failed peers at the end | exit |", "|---|---|---|---|---|---|---|"]
     summary = []
     if sync_s:
         summary.append("- the rejoiner was syncing again %.2f s after its process started "
                        "(median; max %.2f s, %d runs)" % (statistics.median(sync_s),
                                                           max(sync_s), len(sync_s)))
-        summary.append("- its eval NE against the survivors' mean: median %+.2f %% (largest "
+        summary.append("- its eval NE against the survivors' median: median %+.2f %% (largest "
                        "%+.2f %%); the job's average-model NE against the run without a "
                        "failure: median %+.2f %% (largest %+.2f %%)" % (
                            statistics.median(ne_d), max(ne_d, key=abs),
