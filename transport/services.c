@@ -65,6 +65,14 @@ bool shs__ctx_is_rejoined(const shs_ctx_t *ctx)
     return c->rejoined;
 }
 
+unsigned shs__ctx_peer_incarnation(const shs_ctx_t *ctx, int rank)
+{
+    if (rank < 0 || rank >= ctx->size)
+        return 0;
+    const shs__peer_t *p = &ctx->peers[rank];
+    return p->up != NULL ? p->up_gen : atomic_load(&p->gen);
+}
+
 bool shs__ctx_members_changed(const shs_ctx_t *ctx)
 {
     const shs_ctx_t *c = ctx->parent != NULL ? ctx->parent : ctx;

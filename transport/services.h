@@ -60,6 +60,13 @@ bool shs__ctx_replaying(const shs_ctx_t *ctx);
 /* Whether ctx (or an endpoint's context) is a rejoined rank's. */
 bool shs__ctx_is_rejoined(const shs_ctx_t *ctx);
 
+/* The incarnation of peer `rank` that ctx's queue pairs are for: on a
+ * context, the times it was taken back after a rejoin; on an endpoint, the
+ * one this endpoint was last connected to (read on the thread that drives
+ * it). It changes when the rank came back: whatever a layer above kept
+ * about the old process (sequence numbers, credits) is void. */
+unsigned shs__ctx_peer_incarnation(const shs_ctx_t *ctx, int rank);
+
 /* Whether the job's membership changed under ctx: this rank rejoined, or a
  * peer was taken back after a rejoin (transport/rejoin/). */
 bool shs__ctx_members_changed(const shs_ctx_t *ctx);

@@ -27,21 +27,54 @@ static float *packed_rows(const shs_emb_worker_t *w)
 }
 
 /* Whether holder o is gone (never for this rank's own shard): seen failed
- * on this worker's endpoint or on the context (whose rdma_cm events may
- * know first), or given up on after an answer timed out. */
+ * on this worker's endpoint (which counts the context's failures of the
+ * same incarnation: its rdma_cm events may know first), given up on after
+ * an answer timed out, or come back as a new process since this worker's
+ * sequences were set (sync_holder takes it back). */
 static bool holder_failed(const shs_emb_worker_t *w, int o)
 {
     if (o == w->emb->me)
         return false;
     int r = w->emb->holder_rank[o];
     return w->gone[o] || shs_ctx_peer_status(w->ep, r, NULL) != SHS_OK ||
-           shs_ctx_peer_status(w->emb->ctx, r, NULL) != SHS_OK;
+           shs__ctx_peer_incarnation(w->ep, r) != w->holder_gen[o];
 }
 
-/* Wait until word reaches `want` (>= for counters, == for stamps); the
- * timeout (< 0: the op timeout) counts time without the word moving. */
+/* Holder o came back (rejoined) and this worker's endpoint is connected to
+ * the new process: what the worker kept of the old one goes (emb.h,
+ * Rejoins). Updates the old process had not acknowledged are lost: the
+ * next flush returns SHS_ERR_PEER_FAILED for them. */
+static void sync_holder(shs_emb_worker_t *w, int o)
+{
+    const shs_emb_t *e = w->emb;
+    if (o == e->me)
+        return;
+    int r = e->holder_rank[o];
+    if (shs_ctx_peer_status(w->ep, r, NULL) != SHS_OK)
+        (void)shs_progress(w->ep); /* takes in a rejoin staged for this endpoint */
+    unsigned g = shs__ctx_peer_incarnation(w->ep, r);
+    if (g == w->holder_gen[o] || shs_ctx_peer_status(w->ep, r, NULL) != SHS_OK)
+        return;
+    uint64_t acked = atomic_load_explicit(ack_word(w, o), memory_order_acquire);
+    if (acked != EMB_ACK_UNREADY && w->sent[o] > acked)
+        w->lost[o] = true;
+    w->holder_gen[o] = g;
+    w->sent[o] = 0;
+    w->gone[o] = false;
+    /* the new process starts from an empty inbox: nothing to wait for */
+    atomic_store_explicit(ack_word(w, o), 0, memory_order_release);
+    atomic_store_explicit(answer_word(w, o), 0, memory_order_release);
+    SHS_INFO("embedding worker %d: holder %d (rank %d) came back (incarnation %u)", w->index,
+             o, r, g);
+}
+
+enum { WAIT_GE, WAIT_EQ, WAIT_NE };
+
+/* Wait until word reaches `want` (WAIT_GE for counters, WAIT_EQ for
+ * stamps) or leaves it (WAIT_NE); the timeout (< 0: the op timeout)
+ * counts time without the word moving. */
 static shs_status_t wait_word(shs_emb_worker_t *w, int o, _Atomic uint64_t *word, uint64_t want,
-                              bool exact, const char *what, int timeout_ms)
+                              int mode, const char *what, int timeout_ms)
 {
     const shs_emb_t *e = w->emb;
     shs__waiter_t wt;
@@ -51,7 +84,7 @@ static shs_status_t wait_word(shs_emb_worker_t *w, int o, _Atomic uint64_t *word
     uint64_t last = atomic_load_explicit(word, memory_order_acquire);
     for (;;) {
         uint64_t v = atomic_load_explicit(word, memory_order_acquire);
-        if (exact ? v == want : v >= want)
+        if (mode == WAIT_EQ ? v == want : mode == WAIT_NE ? v != want : v >= want)
             return SHS_OK;
         if (v != last) {
             last = v;
@@ -77,7 +110,7 @@ shs_status_t shs__emb_wait_credit(shs_emb_worker_t *w, int o, uint64_t seq)
     if (seq <= slots || atomic_load_explicit(ack_word(w, o), memory_order_acquire) + slots >= seq)
         return SHS_OK;
     uint64_t t0 = shs__now_ns();
-    shs_status_t st = wait_word(w, o, ack_word(w, o), seq - slots, false,
+    shs_status_t st = wait_word(w, o, ack_word(w, o), seq - slots, WAIT_GE,
                                 "free a slot (apply an update)", -1);
     emb_count(&w->c.slot_waits, 1);
     emb_count(&w->c.slot_wait_ns, shs__now_ns() - t0);
@@ -90,12 +123,19 @@ static shs_status_t send_msg(shs_emb_worker_t *w, const shs__emb_plan_t *p, int 
                              uint32_t kind, uint32_t lo, uint32_t cnt)
 {
     shs_emb_t *e = w->emb;
+    sync_holder(w, o);
     uint64_t seq = w->sent[o] + 1;
     if (holder_failed(w, o)) {
         emb_count(&w->c.peer_failures, 1);
         return SHS_ERR_PEER_FAILED;
     }
-    shs_status_t st = shs__emb_wait_credit(w, o, seq);
+    shs_status_t st = SHS_OK;
+    /* this rank rejoined: the holder first clears what the old process left */
+    if (atomic_load_explicit(ack_word(w, o), memory_order_acquire) == EMB_ACK_UNREADY)
+        st = wait_word(w, o, ack_word(w, o), EMB_ACK_UNREADY, WAIT_NE,
+                       "take this rejoined rank's worker back", -1);
+    if (st == SHS_OK)
+        st = shs__emb_wait_credit(w, o, seq);
     if (st != SHS_OK)
         return st;
     bool local = o == e->me;
@@ -213,6 +253,8 @@ shs_status_t shs_emb_lookup_start(shs_emb_worker_t *w, const uint64_t *ids, size
     shs_status_t first = SHS_OK;
     for (int o = 0; o < (int)e->layout.shards; o++) {
         uint32_t cnt = p->owner_start[o + 1] - p->owner_start[o];
+        if (cnt > 0)
+            sync_holder(w, o);
         w->via[o] = cnt == 0 ? EMB_VIA_NONE : choose_via(w, o);
         if (w->via[o] == EMB_VIA_LOCAL) {
             copy_local(w, o);
@@ -257,7 +299,7 @@ static shs_status_t finish_lookup(shs_emb_worker_t *w)
                 st == SHS_ERR_TRANSPORT)
                 emb_count(&w->c.peer_failures, 1);
         } else if (w->via[o] == EMB_VIA_OWNER) {
-            st = wait_word(w, o, answer_word(w, o), w->answer_want[o], true,
+            st = wait_word(w, o, answer_word(w, o), w->answer_want[o], WAIT_EQ,
                            "answer a lookup", -1);
             if (st == SHS_ERR_TIMEOUT)
                 w->gone[o] = true; /* its answer may still land: never ask it again */
@@ -359,9 +401,18 @@ shs_status_t shs_emb_flush(shs_emb_worker_t *w, int timeout_ms)
     shs_emb_t *e = w->emb;
     shs_status_t first = SHS_OK;
     for (int o = 0; o < (int)e->layout.shards; o++) {
+        sync_holder(w, o);
+        if (w->lost[o]) {
+            SHS_ERROR("embedding worker %d: updates to holder %d (rank %d) were lost when its "
+                      "process died; it has rejoined since", w->index, o, e->holder_rank[o]);
+            emb_count(&w->c.peer_failures, 1);
+            w->lost[o] = false;
+            if (first == SHS_OK)
+                first = SHS_ERR_PEER_FAILED;
+        }
         if (w->sent[o] == 0)
             continue;
-        shs_status_t st = wait_word(w, o, ack_word(w, o), w->sent[o], false,
+        shs_status_t st = wait_word(w, o, ack_word(w, o), w->sent[o], WAIT_GE,
                                     "apply this worker's updates", timeout_ms);
         if (st != SHS_OK && first == SHS_OK)
             first = st;

@@ -18,6 +18,21 @@
  * places a WRITE's bytes in order, as on rxe and ConnectX), then the body;
  * it clears both stamps before it acknowledges e, so a slot's old stamps
  * never match again.
+ *
+ * Rejoins. A (worker, holder) pair's sequences belong to one process on
+ * each side; when either rank rejoined (its incarnation on the endpoint
+ * changed, transport/services.h) the pair starts again at e = 1:
+ *   - the holder came back: the worker drops what it kept (last sent, ack
+ *     and answer words; unacknowledged updates are lost and the next flush
+ *     says so) and sends e = 1 to the new process's fresh inbox;
+ *   - the worker came back: its ack words start at EMB_ACK_UNREADY and it
+ *     sends nothing to holder o until o's apply thread, seeing the new
+ *     incarnation, has cleared the sender's slots (the old process may have
+ *     left a message there), set its expected sequence to 1 and written 0
+ *     into the ack word. So no stamp of the old process is ever taken for
+ *     one of the new.
+ * A rejoined holder loads its shard from the save the program names before
+ * it makes its endpoints, so no peer reads or updates it before the load.
  */
 #ifndef SHS_ALGORITHMS_EMBEDDING_EMB_H
 #define SHS_ALGORITHMS_EMBEDDING_EMB_H
@@ -43,6 +58,7 @@
 #define EMB_ANSWER_MAGIC 0x5348534541534e57ull
 #define EMB_HDR_BYTES 32u
 #define EMB_ANSWER_BUFS 4 /* owner-path answers in flight per apply thread */
+#define EMB_ACK_UNREADY UINT64_MAX /* a rejoined worker's ack word until the holder took it back */
 enum { EMB_VIA_NONE = 0, EMB_VIA_LOCAL, EMB_VIA_READ, EMB_VIA_OWNER };
 
 typedef struct emb_hdr {
@@ -70,6 +86,9 @@ struct shs_emb_worker {
     bool *gone;               /* per holder: an answer timed out; late bytes could land */
     uint64_t *sent;           /* per holder: last sequence sent */
     uint64_t *answer_want;    /* per holder: the stamp an owner-path answer will carry */
+    unsigned *holder_gen;     /* per holder: the incarnation sent and last acked are for */
+    bool *lost;               /* per holder: updates lost with a dead incarnation, not yet
+                                 reported by a flush */
     bool started;             /* a lookup between start and wait */
     uint8_t *via;             /* per holder: how this lookup's rows come (EMB_VIA_*) */
     size_t started_n;
@@ -119,6 +138,8 @@ struct shs_emb {
     bool apply_running;
     atomic_bool apply_stop;
     uint64_t *expect;         /* per (sender, worker): next sequence */
+    unsigned *sender_gen;     /* per rank: the incarnation expect is for (apply thread) */
+    bool rejoined;            /* made on a rank that rejoined a running job */
     bool *answer_pending;     /* answer buffer written, not yet known complete */
     unsigned answer_next;
     _Atomic uint64_t applied_batches, applied_rows, served_lookups, served_rows, lag_max,

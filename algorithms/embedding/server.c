@@ -131,6 +131,37 @@ static bool take(shs_emb_t *e, int r, int wk)
     return true;
 }
 
+/* A sender that came back (its incarnation on the apply thread's endpoint
+ * changed, and the endpoint is connected to the new process): its slots
+ * are cleared (the old process may have left a message there), its
+ * sequences start again at 1, and each of its workers is told, by the ack
+ * word it waits on, that it may send (the protocol in emb.h). */
+static void sync_senders(shs_emb_t *e)
+{
+    for (int r = 0; r < e->size; r++) {
+        if (r == e->rank)
+            continue;
+        unsigned g = shs__ctx_peer_incarnation(e->apply_ep, r);
+        if (g == e->sender_gen[r] || shs_ctx_peer_status(e->apply_ep, r, NULL) != SHS_OK)
+            continue;
+        e->sender_gen[r] = g;
+        size_t nw = (size_t)e->nworkers;
+        memset((uint8_t *)shs_region_addr(e->inbox) + emb_slot_off(e, r, 0, 1), 0,
+               nw * e->slots * e->slot_bytes);
+        uint8_t *srv = shs_region_addr(e->srv);
+        for (size_t wk = 0; wk < nw; wk++) {
+            size_t idx = (size_t)r * nw + wk;
+            e->expect[idx] = 1;
+            atomic_store_explicit((_Atomic uint64_t *)(srv + e->s_answer_stamp_off +
+                                                       idx * sizeof(uint64_t)),
+                                  0, memory_order_relaxed);
+            acknowledge(e, r, (int)wk, 0);
+        }
+        SHS_INFO("embedding: rank %d came back (incarnation %u): its workers start again", r,
+                 g);
+    }
+}
+
 static void *apply_main(void *arg)
 {
     shs_emb_t *e = arg;
@@ -146,6 +177,7 @@ static void *apply_main(void *arg)
         if (taken > atomic_load_explicit(&e->lag_max, memory_order_relaxed))
             atomic_store_explicit(&e->lag_max, taken, memory_order_relaxed);
         (void)shs_progress(e->apply_ep);
+        sync_senders(e);
         if (taken > 0)
             shs__waiter_progress(&wt, false);
         else

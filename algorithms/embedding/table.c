@@ -219,7 +219,9 @@ static shs_status_t alloc_local(shs_emb_t *e)
     e->expect = malloc(senders * sizeof(uint64_t));
     e->answer_pending = calloc(EMB_ANSWER_BUFS, sizeof(bool));
     e->workers = calloc((size_t)e->nworkers, sizeof(*e->workers));
-    if (e->expect == NULL || e->answer_pending == NULL || e->workers == NULL)
+    e->sender_gen = calloc((size_t)e->size, sizeof(unsigned));
+    if (e->expect == NULL || e->answer_pending == NULL || e->workers == NULL ||
+        e->sender_gen == NULL)
         return SHS_ERR_NO_MEMORY;
     for (size_t i = 0; i < senders; i++)
         e->expect[i] = 1;
@@ -242,8 +244,10 @@ static shs_status_t alloc_local(shs_emb_t *e)
         w->answer_want = calloc(S, sizeof(uint64_t));
         w->via = calloc(S, 1);
         w->gone = calloc(S, sizeof(bool));
+        w->holder_gen = calloc(S, sizeof(unsigned));
+        w->lost = calloc(S, sizeof(bool));
         if (w->grads == NULL || w->sent == NULL || w->answer_want == NULL || w->via == NULL ||
-            w->gone == NULL)
+            w->gone == NULL || w->holder_gen == NULL || w->lost == NULL)
             return SHS_ERR_NO_MEMORY;
     }
     return SHS_OK;
@@ -256,6 +260,56 @@ static shs_status_t make_endpoints(shs_emb_t *e)
     shs_status_t st = shs_ctx_endpoint_create(e->ctx, &e->apply_ep);
     for (int i = 0; st == SHS_OK && i < e->nworkers; i++)
         st = shs_ctx_endpoint_create(e->ctx, &e->workers[i].ep);
+    if (st != SHS_OK)
+        return st;
+    /* the incarnations the sequences start with (emb.h, Rejoins) */
+    for (int r = 0; r < e->size; r++)
+        if (r != e->rank)
+            e->sender_gen[r] = shs__ctx_peer_incarnation(e->apply_ep, r);
+    for (int i = 0; i < e->nworkers; i++)
+        for (uint32_t o = 0; o < e->layout.shards; o++)
+            if ((int)o != e->me)
+                e->workers[i].holder_gen[o] =
+                    shs__ctx_peer_incarnation(e->workers[i].ep, e->holder_rank[o]);
+    return SHS_OK;
+}
+
+static shs_status_t load_stage(shs_emb_t *e, const char *dir, float **rows_p, float **state_p);
+
+/* A rank that rejoined a running job: its shard from the program's last
+ * save, before any endpoint lets a peer read or update it; its workers
+ * wait for each holder to take them back (emb.h, Rejoins). */
+static shs_status_t rejoin_prepare(shs_emb_t *e, const shs_emb_params_t *p)
+{
+    for (int i = 0; i < e->nworkers; i++)
+        for (uint32_t o = 0; o < e->layout.shards; o++)
+            if ((int)o != e->me)
+                atomic_store((_Atomic uint64_t *)(emb_wbuf(e, i) + e->w_ack_off +
+                                                  o * sizeof(uint64_t)),
+                             EMB_ACK_UNREADY);
+    if (e->me < 0 || e->shard_rows == 0)
+        return SHS_OK;
+    const char *dir = (p->field_mask & SHS_EMB_PARAM_REJOIN_DIR) ? p->rejoin_dir : NULL;
+    if (dir == NULL) {
+        SHS_WARN("shs_emb_create: rank %d rejoined without a save to load (rejoin_dir): its "
+                 "shard of %llu rows starts from its initial values; the job's updates to "
+                 "them are lost", e->rank, (unsigned long long)e->shard_rows);
+        return SHS_OK;
+    }
+    float *rows = NULL, *state = NULL;
+    shs_status_t st = load_stage(e, dir, &rows, &state);
+    if (st == SHS_OK) {
+        memcpy(e->data, rows, (size_t)e->shard_rows * e->row_bytes);
+        if (state != NULL)
+            memcpy(e->state, state, (size_t)e->shard_rows * sizeof(float));
+        SHS_INFO("shs_emb_create: rank %d rejoined: its shard of %llu rows loaded from %s",
+                 e->rank, (unsigned long long)e->shard_rows, dir);
+    } else {
+        SHS_ERROR("shs_emb_create: rank %d rejoined and cannot load its shard from %s (%s); "
+                  "the table is not made", e->rank, dir, shs_status_string(st));
+    }
+    free(rows);
+    free(state);
     return st;
 }
 
@@ -267,6 +321,8 @@ static void free_table(shs_emb_t *e)
         shs__emb_plan_fini(&w->plan);
         shs__emb_plan_fini(&w->uplan);
         free(w->gone);
+        free(w->holder_gen);
+        free(w->lost);
         free(w->grads);
         free(w->sent);
         free(w->answer_want);
@@ -280,6 +336,7 @@ static void free_table(shs_emb_t *e)
     shs_region_destroy(e->shard);
     free(e->state);
     free(e->expect);
+    free(e->sender_gen);
     free(e->answer_pending);
     free(e->holder_rank);
     free(e->holder_of);
@@ -307,6 +364,9 @@ shs_status_t shs_emb_create(shs_ctx_t *ctx, const shs_emb_params_t *params, shs_
     e->apply_nap_ns = (long)cfg->emb_apply_nap_us * 1000L;
     e->want_slots = cfg->emb_slots; /* -1: auto */
     atomic_init(&e->apply_stop, false);
+    /* a rank that rejoined, making the job's tables again: the job's ranks
+     * are not in this call, so nothing below is collective (docs/failures.md) */
+    e->rejoined = shs__ctx_replaying(ctx);
 
     shs_status_t st = resolve(e, params);
     if (st == SHS_OK)
@@ -315,15 +375,20 @@ shs_status_t shs_emb_create(shs_ctx_t *ctx, const shs_emb_params_t *params, shs_
         plan_sizes(e);
         st = alloc_local(e);
     }
-    st = agree(e, st);
+    if (!e->rejoined)
+        st = agree(e, st);
     if (st != SHS_OK)
         goto err_free;
-    if ((st = alloc_regions(e)) != SHS_OK || (st = make_endpoints(e)) != SHS_OK)
+    if ((st = alloc_regions(e)) != SHS_OK ||
+        (e->rejoined && (st = rejoin_prepare(e, params)) != SHS_OK) ||
+        (st = make_endpoints(e)) != SHS_OK)
         goto err_free;
     if (e->me >= 0 && (st = shs__emb_apply_start(e)) != SHS_OK)
         goto err_free;
-    /* nobody sends before every holder's apply thread runs */
-    if ((st = shs_ctx_barrier(ctx)) != SHS_OK || (st = shs__emb_calibrate(e)) != SHS_OK)
+    /* nobody sends before every holder's apply thread runs (a rejoiner's
+     * peers run theirs; what it sends waits in their inboxes until then) */
+    if (!e->rejoined &&
+        ((st = shs_ctx_barrier(ctx)) != SHS_OK || (st = shs__emb_calibrate(e)) != SHS_OK))
         goto err_stop;
     SHS_INFO("embedding table: %llu rows x %u over %u holder(s), %llu rows here, %d worker(s)",
              (unsigned long long)e->rows, e->dim, e->layout.shards,

@@ -53,7 +53,13 @@
  * Failures. A holder that dies makes lookups and updates of its rows fail
  * with SHS_ERR_PEER_FAILED (within the op timeout, never a hang); the rest
  * of the table keeps working and the stats count the failures. Its rows
- * come back only by loading a save (shs_emb_load) into a new job.
+ * come back when the rank rejoins the running job (context.h, SHS_REJOIN)
+ * and makes the table again: its shard is loaded from the save named by
+ * rejoin_dir (the rows as they were saved: updates since are lost), and
+ * each worker takes it back at its next call. Updates sent to the dead
+ * process and not applied are lost: the next shs_emb_flush returns
+ * SHS_ERR_PEER_FAILED for them. A rejoined rank's own workers send to each
+ * holder once that holder's apply thread took them back.
  *
  * Bad input (an id >= rows, a NULL buffer, a batch above max_batch) is
  * refused with SHS_ERR_INVALID_ARG before anything is sent or changed.
@@ -112,7 +118,8 @@ enum {
     SHS_EMB_PARAM_MAX_BATCH = 1u << 6,
     SHS_EMB_PARAM_WORKERS = 1u << 7,
     SHS_EMB_PARAM_PATH = 1u << 8,
-    SHS_EMB_PARAM_SLOTS = 1u << 9
+    SHS_EMB_PARAM_SLOTS = 1u << 9,
+    SHS_EMB_PARAM_REJOIN_DIR = 1u << 10
 };
 
 typedef struct shs_emb_params {
@@ -133,6 +140,9 @@ typedef struct shs_emb_params {
     int slots;             /* per worker and holder, SHS_EMB_SLOTS_MIN..MAX, or 0:
                               SHS_EMB_SLOTS (default auto: as many as fit 512 KiB,
                               4 to 32) */
+    const char *rejoin_dir; /* on a rank that rejoined a running job: the save
+                               (shs_emb_save) its shard is loaded from; ignored
+                               on the others */
 } shs_emb_params_t;
 
 /*
@@ -149,8 +159,17 @@ typedef struct shs_emb_params {
  * SHS_ERR_SIZE_MISMATCH; SHS_ERR_NO_MEMORY; SHS_ERR_NO_RESOURCE;
  * SHS_ERR_BAD_STATE (ctx is an endpoint); peer and timeout
  * statuses of the collective set-up.
- * On a rank that rejoined a running job: SHS_ERR_UNSUPPORTED (the set-up
- * goes over the bootstrap, which it is not part of).
+ * On a rank that rejoined a running job (context.h, SHS_REJOIN), making the
+ * tables the job made, in the job's order: not collective (the job's ranks
+ * are not in the call), the parameters are not checked against the job's,
+ * and the path auto does not measure (SHS_EMB_OWNER_READS or 3). A holder
+ * loads its shard from rejoin_dir (SHS_EMB_PARAM_REJOIN_DIR) before any
+ * peer can reach it: the load's errors (as shs_emb_load's) fail the create;
+ * without rejoin_dir the shard starts from its initial rows (logged). A
+ * table the job makes after the rejoin, with the rejoined rank, is refused
+ * with SHS_ERR_UNSUPPORTED (its set-up goes over the bootstrap), and so are
+ * shs_emb_save and shs_emb_load on a rejoined rank; on the job's other
+ * ranks they fail with a peer or timeout status.
  */
 SHS_API shs_status_t shs_emb_create(shs_ctx_t *ctx, const shs_emb_params_t *params,
                                     shs_emb_t **emb_p);

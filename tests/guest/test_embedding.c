@@ -22,6 +22,12 @@
  *   save     save, then load into 2 holders with the other mapping: the
  *            same rows; a load that fails leaves every rank's rows as they
  *            were
+ *   rejoin   (under shs-launch --restart 2) updates, a save, more updates,
+ *            then rank 2 is killed and started again: it makes the table
+ *            again with rejoin_dir, the survivors' lookups of its rows work
+ *            again, every rank's updates after that land exactly once in
+ *            every shard (its rows as saved, plus what came after), and a
+ *            save after the rejoin is refused on every rank without a hang
  *
  * Exit status: 0 pass, 1 fail, 77 no RDMA device.
  */
@@ -241,22 +247,29 @@ static void *upd_worker(void *arg)
     return NULL;
 }
 
+/* delta[row] -= LR * gradient, for rank r's worker t's rounds [k0, k1),
+ * except on the rows of holder `skip` (of n, modulo; -1: none) */
+static void add_rounds(float *delta, int r, int t, int k0, int k1, int skip, int n)
+{
+    uint64_t ids[UPD_N];
+    float g[UPD_N * DIM];
+    for (int k = k0; k < k1; k++) {
+        update_batch(r, t, k, ids, g);
+        for (int i = 0; i < UPD_N; i++)
+            for (int j = 0; j < DIM && (int)(ids[i] % (uint64_t)n) != skip; j++)
+                delta[ids[i] * DIM + (size_t)j] -= LR * g[i * DIM + j];
+    }
+}
+
 /* delta[row] = -LR * every gradient every rank's every worker sent */
 static float *reference_delta(int n, int workers)
 {
     float *delta = calloc((size_t)ROWS * DIM, sizeof(float));
-    uint64_t ids[UPD_N];
-    float g[UPD_N * DIM];
     if (delta == NULL)
         fail("calloc");
     for (int r = 0; r < n; r++)
         for (int t = 0; t < workers; t++)
-            for (int k = 0; k < UPD_ROUNDS; k++) {
-                update_batch(r, t, k, ids, g);
-                for (int i = 0; i < UPD_N; i++)
-                    for (int j = 0; j < DIM; j++)
-                        delta[ids[i] * DIM + (size_t)j] -= LR * g[i * DIM + j];
-            }
+            add_rounds(delta, r, t, 0, UPD_ROUNDS, -1, n);
     return delta;
 }
 
@@ -581,12 +594,121 @@ static void case_save(shs_ctx_t *ctx)
     (void)n;
 }
 
+/* ---------------------------------------------------------------- rejoin */
+
+#define RJ_VICTIM 2
+#define RJ_SETS 10 /* rounds of update_batch per set */
+
+/* Rank r's worker 0 sends set `set` (rounds set*RJ_SETS ..) of updates. */
+static void rejoin_send(shs_emb_worker_t *w, int set)
+{
+    static uint64_t ids[UPD_N];
+    static float g[UPD_N * DIM];
+    for (int k = set * RJ_SETS; k < (set + 1) * RJ_SETS; k++) {
+        update_batch(g_rank, 0, k, ids, g);
+        CHECK_OK(shs_emb_update(w, ids, UPD_N, g));
+    }
+    CHECK_OK(shs_emb_flush(w, SHS_TIMEOUT_DEFAULT));
+}
+
+/* What every row holds after sets 0 and 2 of every rank, and set 1 on the
+ * rows the victim does not hold (set 1 came after the save it reloads). */
+static float *rejoin_reference(int n)
+{
+    float *delta = calloc((size_t)ROWS * DIM, sizeof(float));
+    if (delta == NULL)
+        fail("calloc");
+    for (int r = 0; r < n; r++) {
+        add_rounds(delta, r, 0, 0, RJ_SETS, -1, n);
+        add_rounds(delta, r, 0, RJ_SETS, 2 * RJ_SETS, RJ_VICTIM, n);
+        add_rounds(delta, r, 0, 2 * RJ_SETS, 3 * RJ_SETS, -1, n);
+    }
+    return delta;
+}
+
+static void case_rejoin(shs_ctx_t *ctx)
+{
+    static uint64_t ids[8];
+    static float out[8 * DIM];
+    int n = shs_ctx_size(ctx);
+    bool back = getenv("SHS_REJOIN") != NULL;
+    char dir[160];
+    const char *token = getenv("SHS_JOB_TOKEN");
+    snprintf(dir, sizeof(dir), "/tmp/shs-emb-rejoin-%s", token != NULL ? token : "none");
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        fail("mkdir %s: %s", dir, strerror(errno));
+    shs_emb_params_t p = update_params(SHS_EMB_PATH_AUTO);
+    p.workers = 1;
+    p.field_mask |= SHS_EMB_PARAM_REJOIN_DIR;
+    p.rejoin_dir = dir;
+    shs_emb_t *emb;
+    double t0 = now_s();
+    CHECK_OK(shs_emb_create(ctx, &p, &emb));
+    shs_emb_worker_t *w = shs_emb_worker(emb, 0);
+    if (back) {
+        printf("rank %d: rejoined; table made, shard loaded in %.2f s\n", g_rank,
+               now_s() - t0);
+    } else {
+        rejoin_send(w, 0);
+        CHECK_OK(shs_ctx_barrier(ctx));
+        CHECK_OK(shs_emb_save(emb, dir));
+        rejoin_send(w, 1); /* not in the save: lost on the victim's rows */
+        CHECK_OK(shs_ctx_barrier(ctx));
+        if (g_rank == RJ_VICTIM) {
+            fflush(stdout);
+            raise(SIGKILL);
+        }
+        /* the victim's rows fail while it is gone, and work once it is back */
+        for (int k = 0; k < 8; k++)
+            ids[k] = (uint64_t)(RJ_VICTIM + k * n);
+        double t_kill = now_s();
+        int refused = 0;
+        for (;;) {
+            (void)shs_progress(ctx); /* the context takes the rejoiner in */
+            shs_status_t st = shs_emb_lookup(w, ids, 8, out, 8 * DIM);
+            if (st == SHS_OK && refused > 0)
+                break;
+            if (st != SHS_OK && st != SHS_ERR_PEER_FAILED && st != SHS_ERR_TIMEOUT)
+                fail("lookup of the victim's rows: %s", shs_status_string(st));
+            refused += st != SHS_OK;
+            if (now_s() - t_kill > 150.0)
+                fail("rank %d's rows not back %.0f s after it was killed (%d refusals)",
+                     RJ_VICTIM, now_s() - t_kill, refused);
+            usleep(50 * 1000);
+        }
+        printf("rank %d: rank %d's rows back %.2f s after it was killed\n", g_rank, RJ_VICTIM,
+               now_s() - t_kill);
+    }
+    rejoin_send(w, 2); /* both ways: to and from the rejoined rank */
+    CHECK_OK(shs_ctx_barrier(ctx));
+    float *delta = rejoin_reference(n);
+    check_updated(emb, delta, back ? "after the rejoin (rejoined rank)" : "after the rejoin");
+    free(delta);
+    shs_emb_stats_t s;
+    CHECK_OK(shs_emb_stats(emb, &s));
+    if (!back && s.peer_failures == 0)
+        fail("stats: no peer failure counted while rank %d was gone", RJ_VICTIM);
+    if (back && s.peer_failures != 0)
+        fail("stats: the rejoined rank counts %llu peer failures",
+             (unsigned long long)s.peer_failures);
+    /* a save needs the start-up's bootstrap, which the rejoined rank is not
+     * part of: refused everywhere, bounded */
+    CHECK_OK(shs_ctx_barrier(ctx));
+    double ts = now_s();
+    shs_status_t st = shs_emb_save(emb, dir);
+    if (back ? st != SHS_ERR_UNSUPPORTED : st == SHS_OK)
+        fail("save after the rejoin: %s", shs_status_string(st));
+    printf("rank %d: rows right after the rejoin; a save refused in %.1f s (%s)\n", g_rank,
+           now_s() - ts, shs_status_string(st));
+    shs_emb_destroy(emb);
+}
+
 /* ------------------------------------------------------------------ main */
 
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: %s rows|update|shadow|kill|bad|save\n", argv[0]);
+        fprintf(stderr, "usage: %s rows|update|shadow|kill|bad|save|rejoin\n", argv[0]);
         return RC_FAIL;
     }
     if (!have_rdma_device()) {
@@ -610,6 +732,8 @@ int main(int argc, char **argv)
         case_bad(ctx);
     else if (strcmp(argv[1], "save") == 0)
         case_save(ctx);
+    else if (strcmp(argv[1], "rejoin") == 0)
+        case_rejoin(ctx);
     else
         fail("unknown case %s", argv[1]);
     CHECK_OK(shs_ctx_barrier(ctx));
