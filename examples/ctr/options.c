@@ -47,7 +47,10 @@ void ctr_usage(FILE *f)
             "  --restart-rank R|any --restart-after S [--restarts K] [--restart-every E]\n"
             "                    rank R (any: a rank drawn from --seed, each time) is\n"
             "                    killed (SIGKILL) S s into the pass, and K - 1 more times\n"
-            "                    E s apart (defaults 10, 1, 10); run it under shs-launch\n"
+            "                    E s apart (defaults 10, 1, 10); S%% and E%%: when the\n"
+            "                    victim has trained that share of its examples (both\n"
+            "                    in %% or both in s); a kill waits while a peer is gone\n"
+            "                    or rejoining; run it under shs-launch\n"
             "                    --restart R|any, which starts it again: it rejoins the\n"
             "                    running job and trains the rest of its share (s-ma or\n"
             "                    s-bmuf, --model wide)\n"
@@ -150,6 +153,23 @@ static void check_stall(const ctr_opts_t *o, int given)
         ctr_die("--stall-rank: not with --eval-only (it has no pass to stall)");
 }
 
+/* --restart-after / --restart-every: seconds, or N% of the victim's share */
+static double restart_arg(const char *opt, const char *s, int *pct)
+{
+    char buf[64];
+    size_t n = strlen(s);
+    *pct = n > 1 && n < sizeof(buf) && s[n - 1] == '%';
+    if (*pct) {
+        memcpy(buf, s, n - 1);
+        buf[n - 1] = '\0';
+        s = buf;
+    }
+    double v = stall_arg(opt, s, false);
+    if (*pct && !(v >= 0 && v < 100))
+        ctr_die("%s %s%%: a share of the pass, 0 to 100 %%", opt, s);
+    return v;
+}
+
 /* What a rejoined rank can take part in (docs/failures.md, "Rejoining"). */
 static void check_restart(const ctr_opts_t *o)
 {
@@ -193,6 +213,7 @@ void ctr_parse(int argc, char **argv, ctr_opts_t *o)
         {NULL, 0, NULL, 0}};
     int dim_set = 0;
     int stall = 0; /* STALL_* bits of the --stall-* options given */
+    int pct_after = -1, pct_every = -1; /* --restart-after/-every in %: 1, in s: 0 */
     int c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (c) {
@@ -250,9 +271,9 @@ void ctr_parse(int argc, char **argv, ctr_opts_t *o)
                                   ? CTR_RESTART_ANY
                                   : (int)stall_arg("--restart-rank", optarg, true);
             break;
-        case 'Y': o->restart_after = stall_arg("--restart-after", optarg, false); break;
+        case 'Y': o->restart_after = restart_arg("--restart-after", optarg, &pct_after); break;
         case 'Z': o->restarts = (int)stall_arg("--restarts", optarg, true); break;
-        case 'W': o->restart_every = stall_arg("--restart-every", optarg, false); break;
+        case 'W': o->restart_every = restart_arg("--restart-every", optarg, &pct_every); break;
         case 'h': ctr_usage(stdout); exit(0);
         default: ctr_usage(stderr); exit(2);
         }
@@ -284,6 +305,9 @@ void ctr_parse(int argc, char **argv, ctr_opts_t *o)
         ctr_die("--no-finish: not with fr-easgd (its finish serves the ranks' last deltas)");
     if (stall != 0)
         check_stall(o, stall);
+    if (pct_after >= 0 && pct_every >= 0 && pct_after != pct_every)
+        ctr_die("--restart-after and --restart-every: both in seconds or both in %%");
+    o->restart_pct = pct_after > 0 || pct_every > 0;
     if (o->restart_rank != CTR_RESTART_NONE)
         check_restart(o);
     if (o->eval_only != NULL)

@@ -11,6 +11,8 @@
  * survivor's snapshot), skips what only the job's start-up does (the memory
  * check's collective, the start barrier) and trains the rest of its share.
  * It reports when it was syncing again, counted from its process start.
+ * A kill waits while the job is not whole (a peer gone or still rejoining):
+ * the cycles are one rank down at a time.
  */
 #include <errno.h>
 #include <signal.h>
@@ -87,8 +89,9 @@ void ctr_restart_tick(ctr_run_t *r, uint64_t done)
     }
     while (r->o.restart_rank != CTR_RESTART_NONE && r->restart_next < r->o.restarts) {
         int j = r->restart_next;
-        double tj = r->t0 + r->o.restart_after + j * r->o.restart_every;
-        if (now < tj)
+        double at = r->o.restart_after + j * r->o.restart_every;
+        if (r->o.restart_pct ? (double)done < (double)r->ntrain * at / 100.0
+                             : now < r->t0 + at)
             return;
         if (victim(r, j) != r->rank) {
             r->restart_next++;
@@ -98,6 +101,13 @@ void ctr_restart_tick(ctr_run_t *r, uint64_t done)
          * drawing its data) comes once it has synced again, or its pass has
          * run for RESTART_SETTLE_S */
         if (r->rejoined && r->rejoin_sync_s == 0 && now < r->pass_t0 + RESTART_SETTLE_S)
+            return;
+        /* one rank down at a time: a kill due while another rank is gone or
+         * still rejoining waits until its engine counts every peer alive
+         * (a rank killed while another still makes the job's regions again
+         * cannot rejoin: docs/failures.md, "Not covered") */
+        shs_shadow_stats_t s;
+        if (r->sh != NULL && (shs_shadow_stats(r->sh, &s) != SHS_OK || s.failed_peers > 0))
             return;
         char path[4096];
         state_path(r, path, sizeof(path));

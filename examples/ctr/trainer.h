@@ -64,7 +64,9 @@ typedef struct ctr_opts {
     int stall_rank;                         /* --stall-rank: the rank to stop, -1: none */
     double stall_for, stall_after;          /* its stall and when it starts (s) */
     int restart_rank;                       /* --restart-rank: a rank, CTR_RESTART_ANY or _NONE */
-    double restart_after, restart_every;    /* the first kill, the time between kills (s) */
+    double restart_after, restart_every;    /* the first kill, the time between kills (s,
+                                               or % of the share with restart_pct) */
+    bool restart_pct;                       /* --restart-after/-every given as N% */
     int restarts;                           /* --restarts: kills in the run */
 } ctr_opts_t;
 

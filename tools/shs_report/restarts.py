@@ -169,7 +169,8 @@ def main(argv):
             run, "tools/restart-figures", "4 ranks of shs-ctr --mode s-ma (%s params), rank 2 "
             "killed (SIGKILL) %s s into the pass and started again by shs-launch --restart "
             "(it rejoins the running job), against the same run without a failure, "
-            "alternating order; then %s kills of random ranks %s s apart in one run" % (
+            "alternating order; then %s kills of random ranks in one run, the first at 5 %% "
+            "of the victim's share, then every %s %% (one rank down at a time)" % (
                 run.get("params", "?"), run.get("after", "?"), run.get("cycles", "?"),
                 run.get("every", "?"))) + "\n\n" + text
 

@@ -218,7 +218,9 @@ shs_status_t shs__rejoin_region(shs_ctx_t *ctx, shs_region_t *region)
         if (k >= ctx->rj_count[s]) {
             SHS_ERROR("rejoin: rank %d holds %zu regions and this is this rank's region %zu: "
                       "a rejoined rank creates, in order, the regions the job holds (not "
-                      "those it created and destroyed)", s, ctx->rj_count[s], k + 1);
+                      "those it created and destroyed); or rank %d was itself still "
+                      "rejoining when this rank connected (one rank at a time)", s,
+                      ctx->rj_count[s], k + 1, s);
             return SHS_ERR_CONFIG;
         }
         const shs__reg_entry_t *e = &ctx->rj_table[s][k];
