@@ -33,6 +33,20 @@ shs_status_t shs__ctx_allgather(shs_ctx_t *ctx, const void *mine, size_t len, vo
     return shs__boot_allgather(ctx->boot, mine, len, all);
 }
 
+shs_status_t shs__ctx_living_allgather(shs_ctx_t *ctx, const void *mine, size_t len, void *all,
+                                       bool *present)
+{
+    if (shs__ctx_endpoint_refused(ctx, "shs__ctx_living_allgather"))
+        return SHS_ERR_BAD_STATE;
+    if (len > SHS__GATHER_MAX)
+        return SHS_ERR_INVALID_ARG;
+    if (ctx->mesh_ready)
+        return shs__mesh_allgather(ctx, mine, len, all, present);
+    for (int r = 0; r < ctx->size; r++)
+        present[r] = true;
+    return shs__boot_allgather(ctx->boot, mine, len, all);
+}
+
 bool shs__ctx_replay_refused(const shs_ctx_t *ctx, const char *call)
 {
     const shs_ctx_t *c = ctx->parent != NULL ? ctx->parent : ctx;

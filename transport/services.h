@@ -36,6 +36,15 @@ void shs__ctx_waiter_init(shs__waiter_t *w, const shs_ctx_t *ctx, int timeout_ms
  * ranks agree. */
 shs_status_t shs__ctx_allgather(shs_ctx_t *ctx, const void *mine, size_t len, void *all);
 
+/* The living ranks' `len` bytes (at most 56), in rank order, into all;
+ * present[p]: rank p's came (a failed rank's bytes are zero). Once the
+ * context's mesh is up, a barrier over it among the living (a rejoined
+ * rank takes part, rank 0's death does not stop it); before that, over
+ * the bootstrap, every rank present. Collective, on the thread that
+ * drives ctx (refused on an endpoint). */
+shs_status_t shs__ctx_living_allgather(shs_ctx_t *ctx, const void *mine, size_t len, void *all,
+                                       bool *present);
+
 /* Whether `call` must be refused because ctx is a rejoined rank's (it
  * rejoined a running job, SHS_REJOIN): true, logged, for the layers above
  * whose objects the running job's ranks cannot take it back into yet. */

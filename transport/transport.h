@@ -409,6 +409,9 @@ shs_status_t shs__oob_qp_to_rtr_rts(shs_ctx_t *ctx, shs__conn_t *conn, const shs
 /* rejoins (transport/rejoin/) */
 #define SHS__REVIVE_IDLE 0
 #define SHS__REVIVE_STAGED 1  /* queue pairs made, waiting for the driving thread */
+#define SHS__REVIVE_INSTALLING 2 /* the driving thread puts them to use */
+#define SHS__REVIVE_RESTAGING 3  /* the rank rejoined again before the driving thread
+                                    took the staged ones: those are replaced */
 /* Start the rejoin listeners and learn every rank's service address
  * (collective at start-up; a rejoiner takes the rendezvous' directory). */
 shs_status_t shs__rejoin_serve_start(shs_ctx_t *ctx);

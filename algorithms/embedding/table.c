@@ -464,6 +464,33 @@ shs_status_t shs_emb_stats(const shs_emb_t *e, shs_emb_stats_t *s)
     return SHS_OK;
 }
 
+/* The living ranks' statuses (over the mesh once it is up: a rank that
+ * rejoined takes part, rank 0's death does not stop it). *bad_p: the first
+ * rank whose status is not SHS_OK (logged), or a holder that is not there
+ * (failed); -1 when none. */
+static shs_status_t agree_living(shs_emb_t *e, int32_t mine, int *bad_p)
+{
+    int32_t *all = calloc((size_t)e->size, sizeof(int32_t));
+    bool *present = calloc((size_t)e->size, sizeof(bool));
+    shs_status_t st = all != NULL && present != NULL
+                          ? shs__ctx_living_allgather(e->ctx, &mine, sizeof(mine), all, present)
+                          : SHS_ERR_NO_MEMORY;
+    *bad_p = -1;
+    for (int r = 0; st == SHS_OK && r < e->size && *bad_p < 0; r++) {
+        if (!present[r] && e->holder_of[r] >= 0) {
+            SHS_ERROR("embedding: holder rank %d is not among the living ranks", r);
+            *bad_p = r;
+        } else if (present[r] && all[r] != SHS_OK) {
+            if (r != e->rank)
+                SHS_ERROR("embedding: rank %d: %s", r, shs_status_string((shs_status_t)all[r]));
+            *bad_p = r;
+        }
+    }
+    free(all);
+    free(present);
+    return st;
+}
+
 shs_status_t shs_emb_save(shs_emb_t *e, const char *dir)
 {
     if (e == NULL || dir == NULL)
@@ -472,10 +499,9 @@ shs_status_t shs_emb_save(shs_emb_t *e, const char *dir)
     shs_status_t st = shs_ctx_barrier(e->ctx);
     if (st != SHS_OK)
         return st;
-    /* the barrier meets the living ranks only, and a save without a dead
-     * holder's shard cannot be loaded (or is taken for whole): the ranks
-     * agree over the bootstrap, whose gather fails everywhere when any
-     * rank is gone, and write nothing unless every holder is alive */
+    /* a save without a dead holder's shard cannot be loaded (or is taken
+     * for whole): the living ranks agree, and none writes unless every
+     * holder is alive and here */
     int32_t mine = SHS_OK;
     for (uint32_t o = 0; o < e->layout.shards && mine == SHS_OK; o++) {
         int r = e->holder_rank[o];
@@ -485,12 +511,10 @@ shs_status_t shs_emb_save(shs_emb_t *e, const char *dir)
             mine = SHS_ERR_PEER_FAILED;
         }
     }
-    int32_t *all = calloc((size_t)e->size, sizeof(int32_t));
-    st = all != NULL ? shs__ctx_allgather(e->ctx, &mine, sizeof(mine), all) : SHS_ERR_NO_MEMORY;
-    for (int r = 0; st == SHS_OK && r < e->size; r++)
-        if (all[r] != SHS_OK)
-            st = SHS_ERR_PEER_FAILED;
-    free(all);
+    int bad = -1;
+    st = agree_living(e, mine, &bad);
+    if (st == SHS_OK && bad >= 0)
+        st = SHS_ERR_PEER_FAILED;
     if (st == SHS_OK && e->me >= 0)
         st = shs__emb_shard_save(dir, &e->layout, (uint32_t)e->me, e->dim, e->data, e->state);
     shs_status_t bs = shs_ctx_barrier(e->ctx);
@@ -527,21 +551,17 @@ shs_status_t shs_emb_load(shs_emb_t *e, const char *dir)
         st = load_stage(e, dir, &rows, &state);
     /* every holder commits or none does: a table half old, half loaded
      * would be a silent wrong result */
-    int32_t mine = st, *all = calloc((size_t)e->size, sizeof(int32_t));
-    shs_status_t gs = all != NULL ? shs__ctx_allgather(e->ctx, &mine, sizeof(mine), all)
-                                  : SHS_ERR_NO_MEMORY;
-    for (int r = 0; gs == SHS_OK && r < e->size; r++)
-        if (all[r] != SHS_OK && st == SHS_OK) {
-            SHS_ERROR("shs_emb_load: rank %d could not load %s (%s); no rank changed its rows",
-                      r, dir, shs_status_string((shs_status_t)all[r]));
-            st = SHS_ERR_PEER_FAILED;
-        }
+    int bad = -1;
+    shs_status_t gs = agree_living(e, st, &bad);
+    if (gs == SHS_OK && bad >= 0 && st == SHS_OK) {
+        SHS_ERROR("shs_emb_load: rank %d could not load %s; no rank changed its rows", bad, dir);
+        st = SHS_ERR_PEER_FAILED;
+    }
     if (st == SHS_OK && gs == SHS_OK && rows != NULL) {
         memcpy(e->data, rows, (size_t)e->shard_rows * e->row_bytes);
         if (state != NULL)
             memcpy(e->state, state, (size_t)e->shard_rows * sizeof(float));
     }
-    free(all);
     free(rows);
     free(state);
     shs_status_t bs = shs_ctx_barrier(e->ctx);

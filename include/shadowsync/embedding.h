@@ -165,11 +165,11 @@ typedef struct shs_emb_params {
  * and the path auto does not measure (SHS_EMB_OWNER_READS or 3). A holder
  * loads its shard from rejoin_dir (SHS_EMB_PARAM_REJOIN_DIR) before any
  * peer can reach it: the load's errors (as shs_emb_load's) fail the create;
- * without rejoin_dir the shard starts from its initial rows (logged). A
- * table the job makes after the rejoin, with the rejoined rank, is refused
- * with SHS_ERR_UNSUPPORTED (its set-up goes over the bootstrap), and so are
- * shs_emb_save and shs_emb_load on a rejoined rank; on the job's other
- * ranks they fail with a peer or timeout status.
+ * without rejoin_dir the shard starts from its initial rows (logged).
+ * shs_emb_save and shs_emb_load work with it afterwards (they agree among
+ * the living ranks); a table the job makes after the rejoin, with the
+ * rejoined rank, is refused with SHS_ERR_UNSUPPORTED (its endpoints' set-up
+ * goes over the bootstrap).
  */
 SHS_API shs_status_t shs_emb_create(shs_ctx_t *ctx, const shs_emb_params_t *params,
                                     shs_emb_t **emb_p);
@@ -288,9 +288,10 @@ SHS_API shs_status_t shs_emb_stats(const shs_emb_t *emb, shs_emb_stats_t *stats_
  * shs_emb_save - write the shards to directory dir (it must exist, shared by
  * the holders when they are on several hosts): one file per shard,
  * shard-<s>-of-<S>.emb, with rows, dim, mapping and the Adagrad state.
- * Collective: it starts with a barrier, so call it once every worker of
- * every rank has flushed (updates in flight are not in the save). Each rank
- * returns its own status, after a closing barrier.
+ * Collective among the living ranks (a rejoined rank with them): it starts
+ * with a barrier, so call it once every worker of every rank has flushed
+ * (updates in flight are not in the save). Each rank returns its own
+ * status, after a closing barrier.
  * Status: SHS_OK; SHS_ERR_IO (logged with the path); SHS_ERR_INVALID_ARG;
  * SHS_ERR_PEER_FAILED (a holder has failed, or a rank is gone: the ranks
  * agree on it first and none writes its shard, since the save could not

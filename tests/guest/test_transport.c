@@ -25,7 +25,9 @@
  *             started again rejoins (oob: writes, reads and immediates
  *             among all three; rdmacm: refused as unsupported); rank 0
  *             killed, rank 1 answers as the rendezvous
- *   rejoin-cycles  rank 2 killed and started again 10 times, moving data
+ *   rejoin-cycles  rank 2 killed and started again 10 times (after one
+ *                  process that connects and dies before the others poll),
+ *                  moving data
  *             each time: the survivors' queue pairs, registered regions and
  *             descriptors the same before and after
  *   msg       two-sided messages (SHS_MSG_SIZE 4096): 0..4096 bytes in order
@@ -612,6 +614,8 @@ static int rejoiner(void)
     g_rank = atoi(getenv("SHS_RANK"));
     double t0 = now_s();
     CHECK_OK(shs_ctx_create(NULL, &ctx));
+    if (getenv("SHS_TEST_DIE_AT_ONCE") != NULL) /* rejoin-cycles: staged, never taken */
+        raise(SIGKILL);
     CHECK_EQ(shs_ctx_peer_status(ctx, 0, NULL), SHS_OK);
     CHECK_EQ(shs_ctx_peer_status(ctx, 1, NULL), SHS_OK);
     /* the job's regions, in the order it made them */
@@ -621,6 +625,8 @@ static int rejoiner(void)
     CHECK_OK(shs_ctx_endpoint_create(ctx, &ep));
     CHECK_EQ(shs_ctx_peer_status(ep, 0, NULL), SHS_OK);
     printf("rank %d: rejoined in %.2f s\n", g_rank, now_s() - t0);
+    if (getenv("SHS_TEST_PAUSE_S") != NULL)
+        sleep((unsigned)atoi(getenv("SHS_TEST_PAUSE_S")));
     rejoined_talk(ctx, ep, buf);
     if (getenv("SHS_TEST_CYCLE") != NULL) {
         /* rejoin-cycles: die again, to be started again */
@@ -727,17 +733,40 @@ static void case_rejoin_cycles(shs_ctx_t *ctx)
 
     start_then_kill_rank2(ctx, &buf, &ep);
     int qp0 = count_res("qp"), mr0 = count_res("mr"), fd0 = count_fds();
+    /* first a process that connects and dies before the survivors poll
+     * (no call on their contexts meanwhile): the next one replaces what
+     * they staged for it (or, on a slow host, comes after they took it) */
+    int status;
+    if (me == 1) {
+        setenv("SHS_TEST_DIE_AT_ONCE", "1", 1);
+        pid_t quick = spawn_rejoiner(2, token);
+        unsetenv("SHS_TEST_DIE_AT_ONCE");
+        if (waitpid(quick, &status, 0) != quick)
+            fail("waitpid");
+    }
     setenv("SHS_TEST_CYCLE", "1", 1);
     double t0 = now_s();
     for (int k = 0; k < RJ_CYCLES; k++) {
+        /* the first asks each service for 6 s at most: rank 0, not polling
+         * for 9 s, must stage it over the dead one's queue pairs rather
+         * than refuse it until then; it talks only after 10 s */
+        if (k == 0) {
+            setenv("SHS_BOOTSTRAP_TIMEOUT_MS", "6000", 1);
+            setenv("SHS_TEST_PAUSE_S", "10", 1);
+        }
         pid_t rj = me == 1 ? spawn_rejoiner(2, token) : -1;
+        if (k == 0) {
+            unsetenv("SHS_BOOTSTRAP_TIMEOUT_MS");
+            unsetenv("SHS_TEST_PAUSE_S");
+            if (me == 0)
+                sleep(9); /* no call on its context meanwhile */
+        }
         wait_back(ctx, 2, "the context");
         wait_back(ep, 2, "the endpoint");
         rejoined_talk(ctx, ep, buf);
         /* it dies again: the barrier goes on without it */
         CHECK_OK(shs_ctx_barrier(ctx));
         CHECK_EQ(shs_ctx_peer_status(ctx, 2, NULL), SHS_ERR_PEER_FAILED);
-        int status;
         if (me == 1 && (waitpid(rj, &status, 0) != rj || !WIFSIGNALED(status) ||
                         WTERMSIG(status) != SIGKILL))
             fail("rejoiner %d did not end as planned", k);

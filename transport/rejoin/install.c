@@ -87,8 +87,14 @@ void shs__rejoin_install(shs_ctx_t *ctx)
 {
     atomic_store(&ctx->revive_pending, 0);
     for (int p = 0; p < ctx->size; p++)
-        if (p != ctx->rank && atomic_load(&ctx->peers[p].revive) == SHS__REVIVE_STAGED)
-            install_peer(ctx, &ctx->peers[p]);
+        if (p != ctx->rank) {
+            /* claimed, so that a newer rejoin of the rank (serve.c) does
+             * not replace the staged queue pairs while they are taken */
+            int want = SHS__REVIVE_STAGED;
+            if (atomic_compare_exchange_strong(&ctx->peers[p].revive, &want,
+                                               SHS__REVIVE_INSTALLING))
+                install_peer(ctx, &ctx->peers[p]);
+        }
 }
 
 void shs__rejoin_free(shs_ctx_t *ctx)

@@ -34,6 +34,10 @@ static bool ctx_is_alive(void *arg, int rank)
            atomic_load(&p->fail_gen) != atomic_load(&p->gen);
 }
 
+static shs_status_t stage_check(shs_ctx_t *ctx, int rank, const uint8_t *p, size_t len,
+                                uint8_t *reply, size_t *reply_len, char *addr,
+                                uint8_t **bar_p, char *why, size_t wl);
+
 /* Queue pairs of ctx (a context or one of its endpoints) towards a
  * rejoiner, moved to RTS with its record; then the reply (this rank's
  * record, scratch, regions; *bar_p is where the caller writes the barrier
@@ -50,10 +54,34 @@ static shs_status_t stage_connect(shs_ctx_t *ctx, int rank, const uint8_t *p, si
                  "every rank", ctx->rank);
         return SHS_ERR_UNSUPPORTED;
     }
-    if (atomic_load(&peer->revive) != SHS__REVIVE_IDLE) {
-        snprintf(why, wl, "an earlier rejoin of rank %d is still being installed", rank);
+    /* a process of this rank staged here earlier and not yet taken in by
+     * the thread that drives ctx (it has not polled since: a long barrier,
+     * compute) is gone, since a newer one connects: its queue pairs are
+     * replaced, unless that thread is taking them right now */
+    int cur = SHS__REVIVE_STAGED;
+    if (atomic_compare_exchange_strong(&peer->revive, &cur, SHS__REVIVE_RESTAGING)) {
+        shs__rejoin_stage_destroy(peer, qpp);
+        SHS_INFO("rank %d rejoins again before this rank took its earlier process back: "
+                 "that one's queue pairs are dropped", rank);
+    } else if (cur != SHS__REVIVE_IDLE) {
+        snprintf(why, wl, "an earlier rejoin of rank %d is being installed; ask again", rank);
         return SHS_ERR_BAD_STATE;
     }
+    shs_status_t st = stage_check(ctx, rank, p, len, reply, reply_len, addr, bar_p, why, wl);
+    if (st != SHS_OK && cur == SHS__REVIVE_STAGED) {
+        /* replaced by nothing: the rank counts failed until it connects */
+        atomic_store(&peer->fail_gen, atomic_load(&peer->gen));
+        atomic_store(&peer->revive, SHS__REVIVE_IDLE);
+    }
+    return st;
+}
+
+static shs_status_t stage_check(shs_ctx_t *ctx, int rank, const uint8_t *p, size_t len,
+                                uint8_t *reply, size_t *reply_len, char *addr,
+                                uint8_t **bar_p, char *why, size_t wl)
+{
+    shs__peer_t *peer = &ctx->peers[rank];
+    int qpp = ctx->cfg.qps_per_peer;
     if (len != connect_len(ctx) - 8) {
         snprintf(why, wl, "a connect request of %zu bytes, expected %zu (another "
                  "SHS_QPS_PER_PEER?)", len + 8, connect_len(ctx));
