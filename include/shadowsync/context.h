@@ -151,10 +151,15 @@ typedef struct shs_ctx_params {
  * with the first barrier the others enter after taking it back. Endpoints
  * are matched by creation order (a living rank's endpoint takes the
  * rejoiner back at that endpoint's next poll). A shadow engine rejoins
- * (shadow.h, "Rejoin"); a collective the job made at start-up, and
- * embedding tables, are refused (SHS_ERR_UNSUPPORTED) while the rejoiner
- * replays the job's regions; collectives made afterwards together with the
- * living ranks work (docs/failures.md).
+ * (shadow.h, "Rejoin"), and so do embedding tables (embedding.h: a holder
+ * reloads its shard from rejoin_dir); a collective the job made at
+ * start-up is refused (SHS_ERR_UNSUPPORTED) while the rejoiner replays the
+ * job's regions; collectives made afterwards together with the living
+ * ranks work (docs/failures.md). If the rank dies and comes back again
+ * before a living rank took the earlier process in, that one's queue
+ * pairs are replaced there. Rejoin one rank at a time: a rank that
+ * connects while another still replays the job's regions fails its
+ * set-up (SHS_ERR_CONFIG, naming that rank).
  */
 SHS_API shs_status_t shs_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p);
 
