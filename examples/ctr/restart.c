@@ -11,8 +11,11 @@
  * survivor's snapshot), skips what only the job's start-up does (the memory
  * check's collective, the start barrier) and trains the rest of its share.
  * It reports when it was syncing again, counted from its process start.
- * A kill waits while the job is not whole (a peer gone or still rejoining):
- * the cycles are one rank down at a time.
+ * A kill waits until the previous kill's victim has made its set-up again
+ * (a count in a file named by the token: the launcher's ranks share a
+ * host), so the cycles are one rank down at a time; none comes past 80 % of
+ * the victim's share (a rejoiner would arrive while the others run the end
+ * steps).
  */
 #include <errno.h>
 #include <signal.h>
@@ -28,9 +31,47 @@ static void state_path(const ctr_run_t *r, char *buf, size_t len)
              getenv("SHS_JOB_TOKEN"), r->rank);
 }
 
+/* The job's count of kills whose victim is syncing again (one host: the
+ * launcher's), so that kill j waits for kill j - 1's victim to be back. */
+static void back_path(char *buf, size_t len)
+{
+    const char *dir = getenv("TMPDIR");
+    snprintf(buf, len, "%s/shs-ctr-restart-%s.back", dir != NULL && *dir ? dir : "/tmp",
+             getenv("SHS_JOB_TOKEN"));
+}
+
+static int kills_back(void)
+{
+    char path[4096];
+    back_path(path, sizeof(path));
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    if (f != NULL) {
+        if (fscanf(f, "%d", &n) != 1)
+            n = 0;
+        fclose(f);
+    }
+    return n;
+}
+
+/* This rejoiner (of kill next - 1) has made its set-up again. */
+static void mark_back(int next)
+{
+    char path[4096], tmp[4200];
+    back_path(path, sizeof(path));
+    if (kills_back() >= next)
+        return;
+    snprintf(tmp, sizeof(tmp), "%s.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (f == NULL || fprintf(f, "%d\n", next) < 0 || fclose(f) != 0 || rename(tmp, path) != 0)
+        ctr_die("--restart-rank: cannot write %s: %s", path, strerror(errno));
+}
+
 /* How long a rejoiner's pass runs at most before a kill that was due
  * while it started may come (s). */
 #define RESTART_SETTLE_S 3.0
+/* No kill once the victim has trained this share of its examples. */
+#define RESTART_LAST 0.8
 
 /* The rank kill j goes to. */
 static int victim(const ctr_run_t *r, int j)
@@ -68,10 +109,17 @@ void ctr_restart_init(ctr_run_t *r)
     fclose(f);
     r->job_t0 = t0;
     r->restart_next = next;
+    r->rejoin_kill = next;
     r->start_pos = pos;
     printf("%-10s rank %d: started again (SHS_REJOIN=1); rejoins the running job; resumes at "
            "example %llu of its share\n", r->o.label, r->rank, pos);
     fflush(stdout);
+}
+
+void ctr_restart_ready(const ctr_run_t *r)
+{
+    if (r->rejoined)
+        mark_back(r->rejoin_kill);
 }
 
 void ctr_restart_tick(ctr_run_t *r, uint64_t done)
@@ -97,17 +145,26 @@ void ctr_restart_tick(ctr_run_t *r, uint64_t done)
             r->restart_next++;
             continue;
         }
+        /* not near the end: a rejoiner arriving while the others run the
+         * job's end steps would not meet them (docs/failures.md) */
+        if ((double)done > RESTART_LAST * (double)r->ntrain) {
+            printf("%-10s rank %d: kill %d of %d not done: %.0f %% of its share trained (a "
+                   "rejoiner would come back after the others ended)\n", r->o.label, r->rank,
+                   j + 1, r->o.restarts, 100.0 * (double)done / (double)r->ntrain);
+            fflush(stdout);
+            r->restart_next++;
+            continue;
+        }
         /* a kill due while this process was still starting (a rejoiner
          * drawing its data) comes once it has synced again, or its pass has
          * run for RESTART_SETTLE_S */
         if (r->rejoined && r->rejoin_sync_s == 0 && now < r->pass_t0 + RESTART_SETTLE_S)
             return;
-        /* one rank down at a time: a kill due while another rank is gone or
-         * still rejoining waits until its engine counts every peer alive
-         * (a rank killed while another still makes the job's regions again
-         * cannot rejoin: docs/failures.md, "Not covered") */
-        shs_shadow_stats_t s;
-        if (r->sh != NULL && (shs_shadow_stats(r->sh, &s) != SHS_OK || s.failed_peers > 0))
+        /* one rank down at a time: not before the previous kill's victim
+         * has made its set-up again (a rank killed while another still makes
+         * the job's regions again cannot rejoin: docs/failures.md, "Not
+         * covered"; and its death may not be seen here yet) */
+        if (j > 0 && kills_back() < j)
             return;
         char path[4096];
         state_path(r, path, sizeof(path));

@@ -216,6 +216,7 @@ int ctr_main(int argc, char **argv, const ctr_hooks_t *hooks)
         r.nparams = r.lay.count;
         setup_model(&r);
         CTR_CHECK(shs_shadow_start(r.sh));
+        ctr_restart_ready(&r);
         tgen = draw_data(&r);
     } else if (strcmp(r.o.model, "dlrm") == 0) {
         ctr_hybrid_setup(&r, &tgen);

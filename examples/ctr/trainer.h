@@ -123,6 +123,7 @@ struct ctr_run {
     double rejoin_sync_s; /* a rejoiner: its first synced round, from proc_t0 */
     uint64_t start_pos;   /* a rejoiner: examples of its share done before it died */
     int restart_next;     /* the next kill of the schedule */
+    int rejoin_kill;      /* a rejoiner: 1 + the kill that ended its last process */
 };
 
 /* One Hogwild worker thread of the pass (train.c). */
@@ -238,5 +239,8 @@ void ctr_series_json(FILE *f);
  * schedule; a rejoiner's first synced round) */
 void ctr_restart_init(ctr_run_t *r);
 void ctr_restart_tick(ctr_run_t *r, uint64_t done);
+/* a rejoiner whose set-up is done (its regions and engine made again): the
+ * next kill may come */
+void ctr_restart_ready(const ctr_run_t *r);
 
 #endif

@@ -4,8 +4,8 @@
     ctr_restart.py SHS_LAUNCH SHS_CTR [--victim R|any] [--restarts K] [shs-ctr options...]
 
 Runs 4 ranks of shs-ctr (S-MA) under `shs-launch --restart`: the victim
-kills itself (--restart-rank, at 15 % of its share, then every 25 %, one
-rank down at a time) and the
+kills itself (--restart-rank, at 10 % of its share, then every 20 %, one
+rank down at a time: each kill after the previous victim is back) and the
 launcher starts it again with SHS_REJOIN=1. The job must exit 0; after each
 kill the new process says it is syncing again; every final process counts
 no failed peer (the rejoiners were taken back); no rank skips the job-wide
@@ -40,9 +40,9 @@ def main():
     out_dir = tempfile.mkdtemp(prefix="shs-restart-")
     cmd = [launch, "-n", str(N), "--need-rdma", "--timeout", "240", "--restart", victim, "--",
            ctr, "--mode", "s-ma", "--workers", "1", "--params", "20000",
-           "--examples", str(100000 + 400000 * restarts), "--eval", "4000",
-           "--checkpoints", "2", "--restart-rank", victim, "--restart-after", "15%",
-           "--restarts", str(restarts), "--restart-every", "25%", "--out", out_dir,
+           "--examples", str(100000 + 800000 * restarts), "--eval", "4000",
+           "--checkpoints", "2", "--restart-rank", victim, "--restart-after", "10%",
+           "--restarts", str(restarts), "--restart-every", "20%", "--out", out_dir,
            "--label", "restart"] + extra
     print("+", " ".join(cmd), flush=True)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
