@@ -156,7 +156,7 @@ void ctr_restart_tick(ctr_run_t *r, uint64_t done)
             continue;
         }
         /* a kill due while this process was still starting (a rejoiner
-         * drawing its data) comes once it has synced again, or its pass has
+         * drawing its held-out data) comes once it has synced again, or its pass has
          * run for RESTART_SETTLE_S */
         if (r->rejoined && r->rejoin_sync_s == 0 && now < r->pass_t0 + RESTART_SETTLE_S)
             return;

@@ -48,10 +48,13 @@ static double draw_data(ctr_run_t *r)
     if (r->train == NULL || r->eval == NULL)
         ctr_die("out of memory for %zu examples", r->ntrain);
     double t = ctr_now();
-    /* a rejoiner: only what is left of its share, from where its workers
-     * start (restart.c, train.c) */
-    size_t from = (size_t)(r->start_pos - r->start_pos % (uint64_t)r->o.workers);
-    for (size_t i = from < r->ntrain ? from : r->ntrain; i < r->ntrain; i++)
+    /* a rejoiner: none now; its workers draw what is left of its share as
+     * they reach it (train.c), so it trains as soon as it is back instead
+     * of lagging the others by the drawing */
+    r->teacher = teacher;
+    r->train_lo = lo;
+    r->draw_lazy = r->rejoined;
+    for (size_t i = 0; !r->draw_lazy && i < r->ntrain; i++)
         ctr_example(&teacher, lo + i, &r->train[i]);
     for (size_t i = 0; i < neval; i++)
         ctr_example(&teacher, r->o.examples + i, &r->eval[i]);
@@ -208,8 +211,9 @@ int ctr_main(int argc, char **argv, const ctr_hooks_t *hooks)
     if (r.ctx != NULL)
         ctr_restart_init(&r);
     if (r.rejoined) {
-        /* back into the running job first: the engine syncs while the data
-         * is drawn. It skips the start-up's collective (the memory check):
+        /* back into the running job first: the engine syncs while the
+         * held-out data is drawn (its training examples are drawn as its
+         * workers reach them). It skips the start-up's collective (the memory check):
          * the job made it long ago and destroyed its regions, which a
          * rejoiner does not make again (docs/failures.md) */
         ctr_layout_init(&r.lay, &r.o.shape);

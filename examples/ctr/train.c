@@ -42,8 +42,13 @@ static void wide_work(ctr_worker_t *w)
     const double inv_n = 1.0 / (double)(r->ntrain > 0 ? r->ntrain : 1);
     /* a rejoiner: where its predecessor stopped (restart.c) */
     size_t from = (size_t)(r->start_pos - r->start_pos % (uint64_t)W);
+    ctr_example_t drawn;
     for (size_t i = from + (size_t)w->id; i < r->ntrain; i += (size_t)W) {
         const ctr_example_t *ex = &r->train[i];
+        if (r->draw_lazy) { /* a rejoiner (run.c) */
+            ctr_example(&r->teacher, r->train_lo + i, &drawn);
+            ex = &drawn;
+        }
         float lr = lr0 + (lr1 - lr0) * (float)((double)i * inv_n);
         float q = ctr_sgd_step(&r->lay, r->model, ex, lr);
         w->loss += ctr_logloss(q, ex->label);

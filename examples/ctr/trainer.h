@@ -100,6 +100,11 @@ struct ctr_run {
     float *model;
     shs_region_t *region;
     ctr_example_t *train, *eval;
+    /* a rejoiner draws its examples as its workers reach them (from the
+     * teacher, by index from train_lo) instead of all before its pass */
+    bool draw_lazy;
+    ctr_teacher_t teacher;
+    uint64_t train_lo;
     size_t ntrain;
     shs_shadow_t *sh;
     pthread_barrier_t bar;
