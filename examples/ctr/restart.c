@@ -21,6 +21,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "trainer.h"
 
@@ -33,17 +34,18 @@ static void state_path(const ctr_run_t *r, char *buf, size_t len)
 
 /* The job's count of kills whose victim is syncing again (one host: the
  * launcher's), so that kill j waits for kill j - 1's victim to be back. */
-static void back_path(char *buf, size_t len)
+static void job_path(char *buf, size_t len, const char *what)
 {
     const char *dir = getenv("TMPDIR");
-    snprintf(buf, len, "%s/shs-ctr-restart-%s.back", dir != NULL && *dir ? dir : "/tmp",
-             getenv("SHS_JOB_TOKEN"));
+    snprintf(buf, len, "%s/shs-ctr-restart-%s.%s", dir != NULL && *dir ? dir : "/tmp",
+             getenv("SHS_JOB_TOKEN"), what);
 }
 
-static int kills_back(void)
+/* A count the job's ranks share (0 when not written yet). */
+static int job_count(const char *what)
 {
     char path[4096];
-    back_path(path, sizeof(path));
+    job_path(path, sizeof(path), what);
     FILE *f = fopen(path, "r");
     int n = 0;
     if (f != NULL) {
@@ -54,17 +56,29 @@ static int kills_back(void)
     return n;
 }
 
-/* This rejoiner (of kill next - 1) has made its set-up again. */
-static void mark_back(int next)
+static void job_count_raise(const char *what, int n)
 {
     char path[4096], tmp[4200];
-    back_path(path, sizeof(path));
-    if (kills_back() >= next)
+    job_path(path, sizeof(path), what);
+    if (job_count(what) >= n)
         return;
     snprintf(tmp, sizeof(tmp), "%s.%d", path, (int)getpid());
     FILE *f = fopen(tmp, "w");
-    if (f == NULL || fprintf(f, "%d\n", next) < 0 || fclose(f) != 0 || rename(tmp, path) != 0)
+    if (f == NULL || fprintf(f, "%d\n", n) < 0 || fclose(f) != 0 || rename(tmp, path) != 0)
         ctr_die("--restart-rank: cannot write %s: %s", path, strerror(errno));
+}
+
+/* kills done ("killed"), their victims set up again ("back"), ranks whose
+ * pass has ended ("ending") */
+static int kills_back(void)
+{
+    return job_count("back");
+}
+
+/* This rejoiner (of kill next - 1) has made its set-up again. */
+static void mark_back(int next)
+{
+    job_count_raise("back", next);
 }
 
 /* How long a rejoiner's pass runs at most before a kill that was due
@@ -114,6 +128,33 @@ void ctr_restart_init(ctr_run_t *r)
     printf("%-10s rank %d: started again (SHS_REJOIN=1); rejoins the running job; resumes at "
            "example %llu of its share\n", r->o.label, r->rank, pos);
     fflush(stdout);
+}
+
+/* How long a rank that ended its pass waits for the rejoiners (s). */
+#define RESTART_END_WAIT_S 600.0
+
+void ctr_restart_end(ctr_run_t *r)
+{
+    if (r->o.restart_rank == CTR_RESTART_NONE && !r->rejoined)
+        return;
+    job_count_raise("ending", 1);
+    double t0 = ctr_now();
+    for (;;) {
+        shs_shadow_stats_t s;
+        bool whole = r->sh == NULL ||
+                     (shs_shadow_stats(r->sh, &s) == SHS_OK && s.failed_peers == 0);
+        if (kills_back() >= job_count("killed") && whole)
+            return;
+        if (ctr_now() - t0 > RESTART_END_WAIT_S) {
+            printf("%-10s rank %d: a killed rank was not back %.0f s after this rank's pass "
+                   "ended; going on\n", r->o.label, r->rank, RESTART_END_WAIT_S);
+            fflush(stdout);
+            return;
+        }
+        if (r->ctx != NULL) /* the context takes the rejoiner in */
+            (void)shs_progress(r->ctx);
+        usleep(20 * 1000);
+    }
 }
 
 void ctr_restart_ready(const ctr_run_t *r)
@@ -166,6 +207,18 @@ void ctr_restart_tick(ctr_run_t *r, uint64_t done)
          * covered"; and its death may not be seen here yet) */
         if (j > 0 && kills_back() < j)
             return;
+        /* counted first, then the end looked for (ctr_restart_end does the
+         * opposite): a kill either comes before any rank ends its pass, or
+         * does not come and is counted back at once */
+        job_count_raise("killed", j + 1);
+        if (job_count("ending") > 0) {
+            printf("%-10s rank %d: kill %d of %d not done: a rank has ended its pass\n",
+                   r->o.label, r->rank, j + 1, r->o.restarts);
+            fflush(stdout);
+            mark_back(j + 1);
+            r->restart_next++;
+            continue;
+        }
         char path[4096];
         state_path(r, path, sizeof(path));
         FILE *f = fopen(path, "w");

@@ -203,6 +203,7 @@ void ctr_train(ctr_run_t *r)
     ctr_sync_start(r);
     ctr_stall_start(r);
     run_pass(r, &res, &mark, t0);
+    ctr_restart_end(r);
     ctr_stall_end(r);
     if (r->hy != NULL)
         ctr_hybrid_end_pass(r);

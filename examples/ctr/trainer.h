@@ -247,5 +247,10 @@ void ctr_restart_tick(ctr_run_t *r, uint64_t done);
 /* a rejoiner whose set-up is done (its regions and engine made again): the
  * next kill may come */
 void ctr_restart_ready(const ctr_run_t *r);
+/* a rank whose pass ended, with kills in the run: waits until every kill's
+ * victim is back and its engine counts no failed peer, so that the job's
+ * end steps start with every rank (bounded); a kill never comes after a
+ * rank ended its pass */
+void ctr_restart_end(ctr_run_t *r);
 
 #endif
