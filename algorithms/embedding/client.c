@@ -11,8 +11,7 @@
 
 static _Atomic uint64_t *ack_word(const shs_emb_worker_t *w, int o)
 {
-    return (_Atomic uint64_t *)(emb_wbuf(w->emb, w->index) + w->emb->w_ack_off +
-                                (size_t)o * sizeof(uint64_t));
+    return emb_ack_word(w->emb, w->index, o);
 }
 
 static _Atomic uint64_t *answer_word(const shs_emb_worker_t *w, int o)

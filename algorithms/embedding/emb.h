@@ -175,6 +175,12 @@ static inline uint8_t *emb_wbuf(const shs_emb_t *e, int w)
     return (uint8_t *)shs_region_addr(e->wbuf) + (size_t)w * e->w_bytes;
 }
 
+/* worker w's word that holder o writes its last applied sequence into */
+static inline _Atomic uint64_t *emb_ack_word(const shs_emb_t *e, int w, int o)
+{
+    return (_Atomic uint64_t *)(emb_wbuf(e, w) + e->w_ack_off + (size_t)o * sizeof(uint64_t));
+}
+
 static inline void emb_count(_Atomic uint64_t *c, uint64_t v)
 {
     atomic_fetch_add_explicit(c, v, memory_order_relaxed);

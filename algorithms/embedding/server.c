@@ -77,9 +77,7 @@ static void acknowledge(shs_emb_t *e, int r, int wk, uint64_t seq)
 {
     size_t dst = (size_t)wk * e->w_bytes + e->w_ack_off + (size_t)e->me * sizeof(uint64_t);
     if (r == e->rank) {
-        atomic_store_explicit((_Atomic uint64_t *)(emb_wbuf(e, wk) + e->w_ack_off +
-                                                   (size_t)e->me * sizeof(uint64_t)),
-                              seq, memory_order_release);
+        atomic_store_explicit(emb_ack_word(e, wk, e->me), seq, memory_order_release);
         return;
     }
     size_t src = e->s_ack_off + ((size_t)r * (size_t)e->nworkers + (size_t)wk) * sizeof(uint64_t);

@@ -276,6 +276,14 @@ static shs_status_t make_endpoints(shs_emb_t *e)
 
 static shs_status_t load_stage(shs_emb_t *e, const char *dir, float **rows_p, float **state_p);
 
+/* The staged rows (and Adagrad state) become the shard's. */
+static void load_commit(shs_emb_t *e, const float *rows, const float *state)
+{
+    memcpy(e->data, rows, (size_t)e->shard_rows * e->row_bytes);
+    if (state != NULL)
+        memcpy(e->state, state, (size_t)e->shard_rows * sizeof(float));
+}
+
 /* A rank that rejoined a running job: its shard from the program's last
  * save, before any endpoint lets a peer read or update it; its workers
  * wait for each holder to take them back (emb.h, Rejoins). */
@@ -284,9 +292,7 @@ static shs_status_t rejoin_prepare(shs_emb_t *e, const shs_emb_params_t *p)
     for (int i = 0; i < e->nworkers; i++)
         for (uint32_t o = 0; o < e->layout.shards; o++)
             if ((int)o != e->me)
-                atomic_store((_Atomic uint64_t *)(emb_wbuf(e, i) + e->w_ack_off +
-                                                  o * sizeof(uint64_t)),
-                             EMB_ACK_UNREADY);
+                atomic_store(emb_ack_word(e, i, (int)o), EMB_ACK_UNREADY);
     if (e->me < 0 || e->shard_rows == 0)
         return SHS_OK;
     const char *dir = (p->field_mask & SHS_EMB_PARAM_REJOIN_DIR) ? p->rejoin_dir : NULL;
@@ -299,9 +305,7 @@ static shs_status_t rejoin_prepare(shs_emb_t *e, const shs_emb_params_t *p)
     float *rows = NULL, *state = NULL;
     shs_status_t st = load_stage(e, dir, &rows, &state);
     if (st == SHS_OK) {
-        memcpy(e->data, rows, (size_t)e->shard_rows * e->row_bytes);
-        if (state != NULL)
-            memcpy(e->state, state, (size_t)e->shard_rows * sizeof(float));
+        load_commit(e, rows, state);
         SHS_INFO("shs_emb_create: rank %d rejoined: its shard of %llu rows loaded from %s",
                  e->rank, (unsigned long long)e->shard_rows, dir);
     } else {
@@ -557,11 +561,8 @@ shs_status_t shs_emb_load(shs_emb_t *e, const char *dir)
         SHS_ERROR("shs_emb_load: rank %d could not load %s; no rank changed its rows", bad, dir);
         st = SHS_ERR_PEER_FAILED;
     }
-    if (st == SHS_OK && gs == SHS_OK && rows != NULL) {
-        memcpy(e->data, rows, (size_t)e->shard_rows * e->row_bytes);
-        if (state != NULL)
-            memcpy(e->state, state, (size_t)e->shard_rows * sizeof(float));
-    }
+    if (st == SHS_OK && gs == SHS_OK && rows != NULL)
+        load_commit(e, rows, state);
     free(rows);
     free(state);
     shs_status_t bs = shs_ctx_barrier(e->ctx);
