@@ -443,7 +443,7 @@ void shs__msg_teardown(shs_ctx_t *ctx);
 /* every rank must use the same msg_size (collective, after connecting) */
 shs_status_t shs__msg_check(shs_ctx_t *ctx);
 
-/* completions (rma.c) */
+/* completions (completion.c) */
 int shs__poll(shs_ctx_t *ctx);
 /* the mesh barrier's arrival write, an allgather record's (rma.c) and the
  * barrier (barrier.c) */
