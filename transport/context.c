@@ -387,6 +387,11 @@ int shs_ctx_size(const shs_ctx_t *ctx)
     return ctx != NULL ? ctx->size : -1;
 }
 
+int shs_ctx_rejoined(const shs_ctx_t *ctx)
+{
+    return ctx != NULL && ctx->rejoined ? 1 : 0;
+}
+
 shs_status_t shs_ctx_channel_alloc(shs_ctx_t *ctx, unsigned *channel_p)
 {
     if (ctx == NULL || channel_p == NULL)

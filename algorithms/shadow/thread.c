@@ -276,6 +276,40 @@ shs_status_t shs__finish_mean(shs_shadow_t *sh)
     return st;
 }
 
+/* Whether the ranks can be settled: every peer alive. After a rejoin
+ * (every rank knows of it: the rejoiner, and each rank it connected to)
+ * the context decides, not the engine's view: a rank whose thread stopped
+ * before its engine took the rejoiner back still counts it gone there,
+ * while the mean (a collective over the context) includes it. */
+static shs_status_t finish_members(shs_shadow_t *sh)
+{
+    if (!shs__view_changed(&sh->view) && !shs__ctx_members_changed(sh->ctx)) {
+        if (sh->view.ndead == 0)
+            return SHS_OK;
+        SHS_ERROR("shs_shadow_finish: %d peer(s) failed or gone: the ranks cannot be settled "
+                  "(their models stay as they are)", sh->view.ndead);
+        return SHS_ERR_PEER_FAILED;
+    }
+    if (sh->cfg.algo == SHS_SHADOW_EASGD) {
+        SHS_WARN("shs_shadow_finish: a rank failed and rejoined during the run: EASGD's "
+                 "center is not settled (the models stay as they are; a collective average "
+                 "of them works)");
+        return SHS_ERR_UNSUPPORTED;
+    }
+    shs_status_t st = shs_progress(sh->ctx); /* a staged rejoiner is taken back here */
+    if (st != SHS_OK)
+        return st;
+    for (int p = 0; p < sh->size; p++) {
+        if (p != sh->rank && shs_ctx_peer_status(sh->ctx, p, NULL) != SHS_OK) {
+            SHS_ERROR("shs_shadow_finish: peer %d failed or gone (a rank rejoined during the "
+                      "run, and this one is not back): the ranks cannot be settled (their "
+                      "models stay as they are)", p);
+            return SHS_ERR_PEER_FAILED;
+        }
+    }
+    return SHS_OK;
+}
+
 shs_status_t shs_shadow_finish(shs_shadow_t *sh)
 {
     if (sh == NULL)
@@ -289,24 +323,13 @@ shs_status_t shs_shadow_finish(shs_shadow_t *sh)
         SHS_ERROR("shs_shadow_finish: refused: this engine finished already");
         return SHS_ERR_BAD_STATE;
     }
-    if (sh->view.ndead > 0) {
-        SHS_ERROR("shs_shadow_finish: %d peer(s) failed or gone: the ranks cannot be settled "
-                  "(their models stay as they are)", sh->view.ndead);
-        return SHS_ERR_PEER_FAILED;
-    }
-    if (shs__view_changed(&sh->view) || shs__ctx_members_changed(sh->ctx)) {
-        /* every rank knows it (the rejoiner, and each rank it connected
-         * to), and says so instead of settling: a rank whose engine had not
-         * taken the rejoiner back yet would average without it */
-        SHS_WARN("shs_shadow_finish: a rank failed and rejoined during the run: the ranks are "
-                 "not settled (their models stay as they are; a collective average of them "
-                 "works)");
-        return SHS_ERR_UNSUPPORTED;
-    }
+    shs_status_t st = finish_members(sh);
+    if (st != SHS_OK)
+        return st;
     /* every write this rank made has landed (flush); then the path meets
      * the other ranks and settles (not with a plain barrier: an EASGD owner
      * must keep serving its inbox while a slower rank ends its rounds) */
-    shs_status_t st = shs_flush(sh->io, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT);
+    st = shs_flush(sh->io, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT);
     if (st == SHS_OK)
         st = sh->ops->finish(sh);
     sh->finished = true;

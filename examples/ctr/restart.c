@@ -100,8 +100,7 @@ static int victim(const ctr_run_t *r, int j)
 
 void ctr_restart_init(ctr_run_t *r)
 {
-    const char *rj = getenv("SHS_REJOIN");
-    r->rejoined = rj != NULL && strcmp(rj, "1") == 0;
+    r->rejoined = shs_ctx_rejoined(r->ctx) != 0;
     if (r->o.restart_rank == CTR_RESTART_NONE && !r->rejoined)
         return;
     if (getenv("SHS_JOB_TOKEN") == NULL)

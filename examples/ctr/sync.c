@@ -211,7 +211,7 @@ bool ctr_sync_teardown(ctr_run_t *r, const ctr_result_t *res)
     const char *step = "shs_shadow_finish";
     if (r->sync && !r->o.no_finish) {
         st = shs_shadow_finish(r->sh);
-        /* a rank rejoined: not settled, on every rank alike; the barrier
+        /* EASGD after a rejoin: not settled, on every rank alike; the barrier
          * and the average (over the mesh, the rejoiner with them) go on */
         if (st == SHS_ERR_UNSUPPORTED) {
             printf("%-10s rank %d: a rank rejoined during the run: models not settled; the "

@@ -199,6 +199,16 @@ SHS_API shs_status_t shs_ctx_endpoint_create(shs_ctx_t *ctx, shs_ctx_t **ep_p);
 SHS_API int shs_ctx_rank(const shs_ctx_t *ctx);
 SHS_API int shs_ctx_size(const shs_ctx_t *ctx);
 
+/* shs_ctx_rejoined - 1 when this process joined a running job as a rank
+ * started again (the rejoin parameter or SHS_REJOIN=1, a job of more than
+ * one rank), 0 otherwise and for a NULL context; an endpoint answers as its
+ * context. A program branches on it where its set-up differs from the
+ * start's: it skips what only the start did (a collective made at
+ * start-up: refused while it replays the job's regions), resumes its data
+ * where its checkpoint says, and gives its tables rejoin_dir
+ * (docs/failures.md, "What the program does again"). Thread-safe. */
+SHS_API int shs_ctx_rejoined(const shs_ctx_t *ctx);
+
 /*
  * shs_ctx_channel_alloc - take an immediate channel: a value 1..255 for the
  * top 8 bits of the immediates a program sends with shs_write_imm and

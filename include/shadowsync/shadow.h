@@ -96,10 +96,11 @@
  * with the same digest (the same living ranks, hence the same group), so
  * every round conserves the sum over ranks across the re-admission as
  * across a straggler. Stats: failed_peers drops back; first_sync_ns on the
- * rejoiner. After a rejoin shs_shadow_finish does not settle the replicas
- * (SHS_ERR_UNSUPPORTED on every rank: each knows of the rejoin); a
- * collective average of the models (collective.h) works, the rejoiner with
- * the others. On the ring path the living ranks have fallen back to
+ * rejoiner. After a rejoin shs_shadow_finish (MA, BMUF) settles the
+ * replicas on the mean over the context, the rejoiner with the others:
+ * every rank knows of the rejoin, and the context's view of who is alive
+ * decides, not the engine's (whose thread may have stopped before it took
+ * the rejoiner back). On the ring path the living ranks have fallen back to
  * pulling at the failure, and the rejoiner pulls from the start (it passes
  * the ring collective's regions: it cannot join that collective). Not
  * covered: EASGD on a rejoiner (SHS_ERR_UNSUPPORTED at create: its center
@@ -401,7 +402,8 @@ SHS_API shs_status_t shs_shadow_sync(shs_shadow_t *shadow);
  * for each peer's fence).
  * Status: SHS_OK; SHS_ERR_BAD_STATE (this rank's thread runs, or the
  * engine finished already); SHS_ERR_PEER_FAILED (a peer failed, ended, or
- * gave up its own finish: nothing more is changed); SHS_ERR_UNSUPPORTED (a
+ * gave up its own finish, or, after a rejoin, a peer the context counts
+ * failed: nothing more is changed); SHS_ERR_UNSUPPORTED (EASGD after a
  * rank rejoined during the run: nothing is changed, on every rank; see
  * "Rejoin"); SHS_ERR_TIMEOUT (a peer did not reach the finish in time);
  * SHS_ERR_INVALID_ARG; what

@@ -276,6 +276,13 @@ static PyObject *ctx_get_size(shspy_ctx_t *self, void *unused)
     return PyLong_FromLong(shs_ctx_size(self->ctx));
 }
 
+static PyObject *ctx_get_rejoined(shspy_ctx_t *self, void *unused)
+{
+    if (shspy_ctx_open(self, "Context.rejoined: the context is closed") != 0)
+        return NULL;
+    return PyBool_FromLong(shs_ctx_rejoined(self->ctx));
+}
+
 static PyObject *ctx_get_closed(shspy_ctx_t *self, void *unused)
 {
     return PyBool_FromLong(self->ctx == NULL);
@@ -304,6 +311,8 @@ static PyMethodDef ctx_methods[] = {
 static PyGetSetDef ctx_getset[] = {
     {"rank", (getter)ctx_get_rank, NULL, "this process's rank", NULL},
     {"size", (getter)ctx_get_size, NULL, "the number of ranks in the job", NULL},
+    {"rejoined", (getter)ctx_get_rejoined, NULL,
+     "True when this process rejoined a running job (SHS_REJOIN=1)", NULL},
     {"closed", (getter)ctx_get_closed, NULL, "True after close()", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

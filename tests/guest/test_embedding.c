@@ -631,7 +631,7 @@ static void case_rejoin(shs_ctx_t *ctx)
     static uint64_t ids[8];
     static float out[8 * DIM];
     int n = shs_ctx_size(ctx);
-    bool back = getenv("SHS_REJOIN") != NULL;
+    bool back = shs_ctx_rejoined(ctx) != 0;
     char dir[160];
     const char *token = getenv("SHS_JOB_TOKEN");
     snprintf(dir, sizeof(dir), "/tmp/shs-emb-rejoin-%s", token != NULL ? token : "none");

@@ -53,7 +53,8 @@
  *              and started again by the launcher (--restart 2); the new
  *              process's engine starts from a survivor's snapshot (the
  *              mean), the survivors take it back (it is read again, no
- *              peer counted failed) and all four keep the mean
+ *              peer counted failed) and all four keep the mean; then
+ *              shs_shadow_finish makes every replica equal, the sum kept
  *   rejoin-ring the same on the ring path: the survivors fall back to
  *              pulling when rank 2 dies, the rejoiner pulls from the start
  *   rejoin-ds  the same in DS-Sync pairs (hypercube, g = 2), the rejoiner
@@ -529,6 +530,56 @@ static double check_conserved(shs_ctx_t *ctx, shs_region_t *res, const float *w,
     return before;
 }
 
+/* Rank 0: the sum over ranks of the models (res: this rank's sum at 0,
+ * peers' read to 64). Returns the sum (rank 0; 0 elsewhere). */
+static double ranks_sum(shs_ctx_t *ctx, shs_region_t *res, const float *w, double *chk_p)
+{
+    double *mine = shs_region_addr(res);
+    mine[0] = 0;
+    mine[1] = 0;
+    for (size_t i = 0; i < N_ELEMS; i++) {
+        mine[0] += w[i];
+        mine[1] += w[i] * (double)(i % 97);
+    }
+    CHECK_OK(shs_ctx_barrier(ctx));
+    double total = 0;
+    if (g_rank == 0) {
+        total = mine[0];
+        for (int r = 1; r < shs_ctx_size(ctx); r++) {
+            CHECK_OK(shs_read(ctx, r, res, 64, res, 0, 16, SHS_OP_SIGNAL));
+            CHECK_OK(shs_flush(ctx, r, SHS_TIMEOUT_DEFAULT));
+            total += mine[8];
+            chk_p[2 * r] = mine[8];
+            chk_p[2 * r + 1] = mine[9];
+        }
+        chk_p[0] = mine[0];
+        chk_p[1] = mine[1];
+    }
+    CHECK_OK(shs_ctx_barrier(ctx)); /* res is free again */
+    return total;
+}
+
+/* After shs_shadow_finish (MA, BMUF): every replica equal (its sum and a
+ * weighted checksum), the sum over ranks still before (rank 0's). */
+static void check_finished(shs_ctx_t *ctx, shs_region_t *res, const float *w, double before,
+                           const char *what)
+{
+    double chk[2 * 64];
+    if (shs_ctx_size(ctx) > 64)
+        fail("%s: more than 64 ranks", what);
+    double total = ranks_sum(ctx, res, w, chk);
+    if (g_rank != 0)
+        return;
+    for (int r = 1; r < shs_ctx_size(ctx); r++)
+        if (fabs(chk[2 * r] - chk[0]) > 1e-6 * fabs(chk[0]) + 1.0 ||
+            fabs(chk[2 * r + 1] - chk[1]) > 1e-6 * fabs(chk[1]) + 1.0)
+            fail("%s: rank %d holds sum %.3f / checksum %.3f, rank 0 %.3f / %.3f: the "
+                 "replicas differ", what, r, chk[2 * r], chk[2 * r + 1], chk[0], chk[1]);
+    printf("%s: every replica equal, sum %.3f (before %.3f)\n", what, total, before);
+    if (fabs(total - before) > 1e-5 * fabs(before) + 1.0)
+        fail("%s: the sum moved from %.3f to %.3f", what, before, total);
+}
+
 /*
  * S-MA with workers adding known increments while rounds run: every round
  * averages the same snapshots on all its members, and each result is applied
@@ -602,32 +653,10 @@ static void case_conserve(shs_ctx_t *ctx, shs_region_t *model, bool staggered)
                                      (double)(c[0].adds + c[1].adds) * (double)c[0].inc,
                                      staggered ? "conserve (staggered stops)" : "conserve",
                                      s.rounds);
-    double *mine = shs_region_addr(res);
     /* the end of the run: every replica becomes the exact mean (the drift
      * since each rank's last round is gone), the sum is kept */
     CHECK_OK(shs_shadow_finish(sh));
-    mine[0] = 0;
-    mine[1] = 0;
-    for (size_t i = 0; i < N_ELEMS; i++) {
-        mine[0] += w[i];
-        mine[1] += w[i] * (double)(i % 97);
-    }
-    CHECK_OK(shs_ctx_barrier(ctx));
-    if (g_rank == 0) {
-        double sum0 = mine[0], chk0 = mine[1], total = mine[0];
-        for (int r = 1; r < n; r++) {
-            CHECK_OK(shs_read(ctx, r, res, 64, res, 0, 16, SHS_OP_SIGNAL));
-            CHECK_OK(shs_flush(ctx, r, SHS_TIMEOUT_DEFAULT));
-            total += mine[8];
-            if (fabs(mine[8] - sum0) > 1e-6 * fabs(sum0) + 1.0 ||
-                fabs(mine[9] - chk0) > 1e-6 * fabs(chk0) + 1.0)
-                fail("finish: rank %d holds sum %.3f / checksum %.3f, rank 0 %.3f / %.3f: the "
-                     "replicas differ", r, mine[8], mine[9], sum0, chk0);
-        }
-        printf("finish: every replica equal, sum %.3f (before %.3f)\n", total, before);
-        if (fabs(total - before) > 1e-5 * fabs(before) + 1.0)
-            fail("finish: the sum moved from %.3f to %.3f", before, total);
-    }
+    check_finished(ctx, res, w, before, "finish");
     if (shs_shadow_start(sh) != SHS_ERR_BAD_STATE || shs_shadow_sync(sh) != SHS_ERR_BAD_STATE)
         fail("rounds accepted after shs_shadow_finish");
     CHECK_OK(shs_ctx_barrier(ctx));
@@ -870,7 +899,7 @@ static void wait_taken_back(shs_shadow_t *sh, bool meets, double t_gone)
 static void case_rejoin(shs_ctx_t *ctx, shs_region_t *model, bool ds, bool ring)
 {
     float *w = shs_region_addr(model);
-    bool back = getenv("SHS_REJOIN") != NULL, own = ds;
+    bool back = shs_ctx_rejoined(ctx) != 0, own = ds;
     shs_shadow_params_t p = ma_params(ds);
     if (ring) {
         p.field_mask |= SHS_SHADOW_PARAM_PATH;
@@ -917,9 +946,11 @@ static void case_rejoin(shs_ctx_t *ctx, shs_region_t *model, bool ds, bool ring)
     if (back && s.errors != 0)
         fail("rejoin: the rejoined rank had %llu rounds with errors (%s)",
              (unsigned long long)s.errors, shs_status_string(s.last_error));
-    if (shs_shadow_finish(sh) != SHS_ERR_UNSUPPORTED)
-        fail("rejoin: shs_shadow_finish after a rejoin did not refuse (SHS_ERR_UNSUPPORTED)");
-    CHECK_OK(shs_ctx_barrier(ctx));
+    /* every rank knows of the rejoin; the mean is over the context, the
+     * rejoiner with the others */
+    double chk[2 * 64], before = ranks_sum(ctx, res, w, chk);
+    CHECK_OK(shs_shadow_finish(sh));
+    check_finished(ctx, res, w, before, "rejoin finish");
     shs_shadow_destroy(sh);
     shs_region_destroy(res);
 }

@@ -624,6 +624,8 @@ static int rejoiner(void)
     shs_ctx_t *ep;
     CHECK_OK(shs_ctx_endpoint_create(ctx, &ep));
     CHECK_EQ(shs_ctx_peer_status(ep, 0, NULL), SHS_OK);
+    CHECK_EQ(shs_ctx_rejoined(ctx), 1);
+    CHECK_EQ(shs_ctx_rejoined(ep), 1);
     printf("rank %d: rejoined in %.2f s\n", g_rank, now_s() - t0);
     if (getenv("SHS_TEST_PAUSE_S") != NULL)
         sleep((unsigned)atoi(getenv("SHS_TEST_PAUSE_S")));
@@ -731,6 +733,8 @@ static void case_rejoin_cycles(shs_ctx_t *ctx)
     shs_region_t *buf;
     shs_ctx_t *ep;
 
+    CHECK_EQ(shs_ctx_rejoined(ctx), 0); /* started with the job */
+    CHECK_EQ(shs_ctx_rejoined(NULL), 0);
     start_then_kill_rank2(ctx, &buf, &ep);
     int qp0 = count_res("qp"), mr0 = count_res("mr"), fd0 = count_fds();
     /* first a process that connects and dies before the survivors poll

@@ -22,6 +22,7 @@ def rank_data(rank, n, seed=7):
 def test_context_from_launcher(ctx):
     assert ctx.size == int(os.environ["SHS_SIZE"])
     assert ctx.rank == int(os.environ["SHS_RANK"])
+    assert ctx.rejoined is False  # started with the job
     ctx.barrier()
 
 
