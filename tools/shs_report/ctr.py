@@ -191,7 +191,7 @@ def main(argv=None):
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--sync-only", action="store_true",
                     help="runs of shs-ctr --sync-only: the engine's rate only")
-    ap.add_argument("--title", default="Hogwild CTR trainer: eval NE against examples seen")
+    ap.add_argument("--title", default="CTR trainer: eval NE against examples seen")
     ap.add_argument("--page", help="results page to write the table to (with --block)")
     ap.add_argument("--block", help="name of the page's block, e.g. modes-all")
     ap.add_argument("--command", default="tools/ctr-run", help="the command that made DIR")

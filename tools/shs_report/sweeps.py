@@ -9,7 +9,8 @@ from . import load_ranks, mean
 
 def fr_every_like(d, label):
     """Examples per worker between foreground syncs that give the rate of
-    syncs of the S run LABEL in DIR, or None without such a run."""
+    syncs of the S run LABEL in DIR (at least 50: docs/benchmarks.md), or
+    None without such a run."""
     runs = load_ranks(d, label)
     if not runs:
         return None
