@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #if defined(__SSE2__)
@@ -260,12 +261,99 @@ shs_status_t shs_shadow_sync(shs_shadow_t *sh)
     return st;
 }
 
+/* EASGD: its center is settled among the ranks that created their engines
+ * together, every one alive. */
+static shs_status_t easgd_members(shs_shadow_t *sh)
+{
+    if (sh->view.ndead > 0) {
+        SHS_ERROR("shs_shadow_finish: %d peer(s) failed or gone: the ranks cannot be settled "
+                  "(their models stay as they are)", sh->view.ndead);
+        return SHS_ERR_PEER_FAILED;
+    }
+    if (shs__view_changed(&sh->view) || shs__ctx_members_changed(sh->ctx)) {
+        SHS_WARN("shs_shadow_finish: a rank failed and rejoined during the run: EASGD's "
+                 "center is not settled (the models stay as they are; a collective average "
+                 "of them works)");
+        return SHS_ERR_UNSUPPORTED;
+    }
+    return SHS_OK;
+}
+
+/* This rank's verdict on settling MA/BMUF replicas: every peer alive, and
+ * every write this rank made landed. After a rejoin (every rank knows of
+ * it: the rejoiner, and each rank it connected to) the connections decide,
+ * not the engine's view: a rank whose thread stopped before its engine
+ * took the rejoiner back still counts it gone there, while the mean (a
+ * collective over the context) includes it. A peer dead in the view that
+ * never rejoined is gone. */
+static shs_status_t finish_verdict(shs_shadow_t *sh)
+{
+    if (!shs__ctx_members_changed(sh->ctx)) {
+        if (sh->view.ndead > 0) {
+            SHS_ERROR("shs_shadow_finish: %d peer(s) failed or gone: the ranks cannot be "
+                      "settled (their models stay as they are)", sh->view.ndead);
+            return SHS_ERR_PEER_FAILED;
+        }
+        return shs_flush(sh->io, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT);
+    }
+    /* a staged rejoiner is taken in on the context and the endpoint here */
+    shs_status_t st = shs_progress(sh->ctx);
+    if (st == SHS_OK)
+        st = shs_progress(sh->io);
+    if (st != SHS_OK)
+        return st;
+    for (int p = 0; p < sh->size; p++) {
+        if (p == sh->rank)
+            continue;
+        bool gone = shs_ctx_peer_status(sh->ctx, p, NULL) != SHS_OK ||
+                    shs_ctx_peer_status(sh->io, p, NULL) != SHS_OK ||
+                    (shs__view_is_dead(&sh->view, p) &&
+                     shs__ctx_peer_incarnation(sh->ctx, p) == 0);
+        if (gone) {
+            SHS_ERROR("shs_shadow_finish: peer %d failed or gone (ranks rejoined during the "
+                      "run, and this one is not back): the ranks cannot be settled (their "
+                      "models stay as they are)", p);
+            return SHS_ERR_PEER_FAILED;
+        }
+    }
+    return shs_flush(sh->io, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT);
+}
+
+/* The ranks' verdicts, gathered among the living over the mesh (in place
+ * of a barrier): all settle, or none does and each returns the same
+ * reason, so no rank waits in a collective the others left. */
+static shs_status_t finish_vote(shs_shadow_t *sh)
+{
+    int32_t mine = (int32_t)finish_verdict(sh);
+    int32_t *all = calloc((size_t)sh->size, sizeof(*all));
+    bool *present = calloc((size_t)sh->size, sizeof(*present));
+    shs_status_t st = all != NULL && present != NULL ? SHS_OK : SHS_ERR_NO_MEMORY;
+    if (st == SHS_OK)
+        st = shs__ctx_living_allgather(sh->ctx, &mine, sizeof(mine), all, present);
+    for (int p = 0; p < sh->size && st == SHS_OK; p++) {
+        if (!present[p]) {
+            SHS_ERROR("shs_shadow_finish: rank %d failed or gone before the ranks' vote: not "
+                      "settled (the models stay as they are)", p);
+            st = SHS_ERR_PEER_FAILED;
+        } else if (all[p] != SHS_OK) {
+            if (p != sh->rank)
+                SHS_ERROR("shs_shadow_finish: rank %d cannot settle (%s): neither does this "
+                          "one (the models stay as they are)", p,
+                          shs_status_string((shs_status_t)all[p]));
+            st = (shs_status_t)all[p];
+        }
+    }
+    free(all);
+    free(present);
+    return st;
+}
+
 /* MA, BMUF: the replicas become their exact mean, so each rank's own model
  * no longer carries the drift since its last round. */
 shs_status_t shs__finish_mean(shs_shadow_t *sh)
 {
     shs_coll_t *coll = NULL;
-    shs_status_t st = shs_ctx_barrier(sh->ctx); /* every rank's rounds are over */
+    shs_status_t st = finish_vote(sh); /* every rank's rounds are over */
     if (st != SHS_OK)
         return st;
     st = shs__shadow_coll(sh, sh->ctx, &coll);
@@ -274,40 +362,6 @@ shs_status_t shs__finish_mean(shs_shadow_t *sh)
                                   SHS_DTYPE_FLOAT32, SHS_REDUCE_AVG);
     shs_coll_destroy(coll);
     return st;
-}
-
-/* Whether the ranks can be settled: every peer alive. After a rejoin
- * (every rank knows of it: the rejoiner, and each rank it connected to)
- * the context decides, not the engine's view: a rank whose thread stopped
- * before its engine took the rejoiner back still counts it gone there,
- * while the mean (a collective over the context) includes it. */
-static shs_status_t finish_members(shs_shadow_t *sh)
-{
-    if (!shs__view_changed(&sh->view) && !shs__ctx_members_changed(sh->ctx)) {
-        if (sh->view.ndead == 0)
-            return SHS_OK;
-        SHS_ERROR("shs_shadow_finish: %d peer(s) failed or gone: the ranks cannot be settled "
-                  "(their models stay as they are)", sh->view.ndead);
-        return SHS_ERR_PEER_FAILED;
-    }
-    if (sh->cfg.algo == SHS_SHADOW_EASGD) {
-        SHS_WARN("shs_shadow_finish: a rank failed and rejoined during the run: EASGD's "
-                 "center is not settled (the models stay as they are; a collective average "
-                 "of them works)");
-        return SHS_ERR_UNSUPPORTED;
-    }
-    shs_status_t st = shs_progress(sh->ctx); /* a staged rejoiner is taken back here */
-    if (st != SHS_OK)
-        return st;
-    for (int p = 0; p < sh->size; p++) {
-        if (p != sh->rank && shs_ctx_peer_status(sh->ctx, p, NULL) != SHS_OK) {
-            SHS_ERROR("shs_shadow_finish: peer %d failed or gone (a rank rejoined during the "
-                      "run, and this one is not back): the ranks cannot be settled (their "
-                      "models stay as they are)", p);
-            return SHS_ERR_PEER_FAILED;
-        }
-    }
-    return SHS_OK;
 }
 
 shs_status_t shs_shadow_finish(shs_shadow_t *sh)
@@ -323,15 +377,20 @@ shs_status_t shs_shadow_finish(shs_shadow_t *sh)
         SHS_ERROR("shs_shadow_finish: refused: this engine finished already");
         return SHS_ERR_BAD_STATE;
     }
-    shs_status_t st = finish_members(sh);
-    if (st != SHS_OK)
-        return st;
-    /* every write this rank made has landed (flush); then the path meets
-     * the other ranks and settles (not with a plain barrier: an EASGD owner
-     * must keep serving its inbox while a slower rank ends its rounds) */
-    st = shs_flush(sh->io, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT);
-    if (st == SHS_OK)
-        st = sh->ops->finish(sh);
+    shs_status_t st;
+    if (sh->cfg.algo == SHS_SHADOW_EASGD) {
+        st = easgd_members(sh);
+        if (st != SHS_OK)
+            return st;
+        /* every write this rank made has landed (flush); then the owners
+         * meet and settle (not with a plain barrier: an EASGD owner must
+         * keep serving its inbox while a slower rank ends its rounds) */
+        st = shs_flush(sh->io, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT);
+        if (st == SHS_OK)
+            st = sh->ops->finish(sh);
+    } else {
+        st = sh->ops->finish(sh); /* the ranks' vote, then the mean */
+    }
     sh->finished = true;
     if (st != SHS_OK)
         shs__shadow_note_error(sh, st);

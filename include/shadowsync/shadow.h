@@ -98,9 +98,9 @@
  * across a straggler. Stats: failed_peers drops back; first_sync_ns on the
  * rejoiner. After a rejoin shs_shadow_finish (MA, BMUF) settles the
  * replicas on the mean over the context, the rejoiner with the others:
- * every rank knows of the rejoin, and the context's view of who is alive
- * decides, not the engine's (whose thread may have stopped before it took
- * the rejoiner back). On the ring path the living ranks have fallen back to
+ * every rank knows of the rejoin, and the connections decide who is
+ * alive, not the engine's view (its thread may have stopped before it
+ * took the rejoiner back). On the ring path the living ranks have fallen back to
  * pulling at the failure, and the rejoiner pulls from the start (it passes
  * the ring collective's regions: it cannot join that collective). Not
  * covered: EASGD on a rejoiner (SHS_ERR_UNSUPPORTED at create: its center
@@ -388,7 +388,10 @@ SHS_API shs_status_t shs_shadow_sync(shs_shadow_t *shadow);
  * drift can leave a rank's own model visibly miscalibrated
  * (docs/design.md, "Stop and finish"). So:
  *   MA, BMUF: every rank's model becomes the exact mean of the ranks'
- *             models (one ring allreduce); the sum is kept.
+ *             models (one ring allreduce); the sum is kept. The living
+ *             ranks first vote over the mesh (each: every peer alive, its
+ *             writes landed), so all settle or none does, each returning
+ *             the same reason.
  *   EASGD:    every delta sent so far is applied to its owner's center
  *             slice and acknowledged, so replicas + center is conserved and
  *             shs_shadow_center reads a settled slice; replicas are kept.
@@ -401,9 +404,9 @@ SHS_API shs_status_t shs_shadow_sync(shs_shadow_t *shadow);
  * enter it within SHS_SHADOW_WAIT_MS of each other (EASGD waits that long
  * for each peer's fence).
  * Status: SHS_OK; SHS_ERR_BAD_STATE (this rank's thread runs, or the
- * engine finished already); SHS_ERR_PEER_FAILED (a peer failed, ended, or
- * gave up its own finish, or, after a rejoin, a peer the context counts
- * failed: nothing more is changed); SHS_ERR_UNSUPPORTED (EASGD after a
+ * engine finished already); SHS_ERR_PEER_FAILED (a peer failed, ended,
+ * did not vote, or gave up its own finish; after a rejoin, a peer whose
+ * connection is down: nothing more is changed); SHS_ERR_UNSUPPORTED (EASGD after a
  * rank rejoined during the run: nothing is changed, on every rank; see
  * "Rejoin"); SHS_ERR_TIMEOUT (a peer did not reach the finish in time);
  * SHS_ERR_INVALID_ARG; what

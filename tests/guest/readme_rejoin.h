@@ -7,8 +7,10 @@
  *                     processes: a barrier (every rank past its set-up),
  *                     and rank 2 dies (SIGKILL) after 2 rounds; the
  *                     survivors wait until the new rank 2 has synced (a
- *                     file named by the job token) and their engines took
- *                     it back. The new rank 2 syncs 3 rounds, then says so.
+ *                     file named by the job token), and stop at once,
+ *                     their engines often not yet taking it back (the
+ *                     finish must settle them all the same). The new rank
+ *                     2 syncs 3 rounds, then says so.
  * The skeleton then trains, stops, finishes and exits as written: it exits
  * 0 only when its shs_shadow_finish settled every rank.
  */
@@ -87,8 +89,8 @@ static int rr_back(shs_shadow_t *sh, const shs_shadow_stats_t *s)
     char path[128];
     (void)sh;
     rr_flag_path(path, sizeof(path));
-    return access(path, F_OK) == 0 && s->failed_peers == 0 &&
-           shs_ctx_peer_status(rr_ctx, RR_VICTIM, NULL) == SHS_OK;
+    (void)s;
+    return access(path, F_OK) == 0;
 }
 
 static shs_status_t rr_ctx_create(const shs_ctx_params_t *params, shs_ctx_t **ctx_p)
@@ -129,7 +131,11 @@ static shs_status_t rr_shadow_start(shs_shadow_t *sh)
     if (me == 0)
         atexit(rr_unlink_flag);
     rr_wait(sh, rr_back, "rank 2 was not back and taken back in time");
-    printf("readme-rejoin rank %d: rank %d back\n", me, RR_VICTIM);
+    shs_shadow_stats_t s;
+    if (shs_shadow_stats(sh, &s) != SHS_OK)
+        rr_fail("shs_shadow_stats");
+    printf("readme-rejoin rank %d: rank %d back (%s by this engine)\n", me, RR_VICTIM,
+           s.failed_peers == 0 ? "taken back" : "not yet taken back");
     return st;
 }
 

@@ -42,11 +42,15 @@
  *              mean of the bf16 values plus its own 2^-10, so the sum over
  *              ranks is kept; a rank that applied against its float32 model
  *              would lose the 2^-10 everywhere
- *   stall      rank 3 is stopped (SIGSTOP) for 4 s while S-MA runs with
- *              workers adding: the others keep syncing, leave it out
- *              (peer skips), never count it failed, read it again once it
- *              continues; back, it is left out of at most 5 rounds while
- *              it syncs 10; no errors and the sum over ranks is kept
+ *   stall      rank 3 is stopped (SIGSTOP) while S-MA runs with workers
+ *              adding, until each of the others synced 2 rounds without it
+ *              (within 20 s, below the 30 s a straggler once cost every
+ *              round; files named by the job token tell the stopped rank's
+ *              watcher, so a slow host only makes the stall longer): the
+ *              others leave it out (peer skips), never count it failed,
+ *              read it again once it continues; back, it is left out of at
+ *              most 5 rounds while it syncs 10; no errors and the sum over
+ *              ranks is kept
  *   stall-ds   the same in DS-Sync pairs (hypercube, g = 2): a partner
  *              that took it in before it stopped withdraws
  *   rejoin     S-MA over all ranks: once the models agree, rank 2 is killed
@@ -535,6 +539,8 @@ static double check_conserved(shs_ctx_t *ctx, shs_region_t *res, const float *w,
 static double ranks_sum(shs_ctx_t *ctx, shs_region_t *res, const float *w, double *chk_p)
 {
     double *mine = shs_region_addr(res);
+    if (shs_ctx_size(ctx) > 64)
+        fail("ranks_sum: more than 64 ranks");
     mine[0] = 0;
     mine[1] = 0;
     for (size_t i = 0; i < N_ELEMS; i++) {
@@ -565,8 +571,6 @@ static void check_finished(shs_ctx_t *ctx, shs_region_t *res, const float *w, do
                            const char *what)
 {
     double chk[2 * 64];
-    if (shs_ctx_size(ctx) > 64)
-        fail("%s: more than 64 ranks", what);
     double total = ranks_sum(ctx, res, w, chk);
     if (g_rank != 0)
         return;
@@ -667,15 +671,70 @@ static void case_conserve(shs_ctx_t *ctx, shs_region_t *model, bool staggered)
 /* ---------------------------------------------------------------- stall */
 
 #define STALL_RANK 3
-#define STALL_AT_MS 500   /* after the start barrier */
-#define STALL_FOR_MS 4000
+#define STALL_AT_MS 500      /* after the start barrier */
+#define STALL_SYNC_BOUND_S 20.0 /* the others' 2 rounds without it: below
+                                   SHS_SHADOW_WAIT_MS (30 s) */
+#define STALL_MAX_S 90.0     /* the watcher continues it by then, whatever */
 
 static int g_stall_pipe = -1; /* STALL_RANK: the watcher's go */
 static pid_t g_watcher = -1;
 
+/* The files through which the ranks and the stopped rank's watcher meet:
+ * <TMPDIR or /tmp>/shs-stall-<job token>.<what>. */
+static void stall_path(char *buf, size_t len, const char *what)
+{
+    const char *dir = getenv("TMPDIR"), *token = getenv("SHS_JOB_TOKEN");
+    if (token == NULL)
+        fail("stall: SHS_JOB_TOKEN is unset (run it under shs-launch)");
+    snprintf(buf, len, "%s/shs-stall-%.64s.%s", dir != NULL ? dir : "/tmp", token, what);
+}
+
+static void stall_put(const char *what, double t)
+{
+    char path[512], tmp[530];
+    stall_path(path, sizeof(path), what);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (f == NULL || fprintf(f, "%.6f\n", t) < 0 || fclose(f) != 0 || rename(tmp, path) != 0)
+        fail("stall: cannot write %s: %s", path, strerror(errno));
+}
+
+/* The time in file `what`, once it is there (at most bound_s); -1 if not. */
+static double stall_get(const char *what, double bound_s)
+{
+    char path[512];
+    stall_path(path, sizeof(path), what);
+    for (double t0 = now_s(); now_s() - t0 < bound_s; usleep(20 * 1000)) {
+        FILE *f = fopen(path, "r");
+        double t;
+        if (f == NULL)
+            continue;
+        int got = fscanf(f, "%lf", &t);
+        fclose(f);
+        if (got == 1)
+            return t;
+    }
+    return -1;
+}
+
+static void stall_cleanup(int n)
+{
+    char path[512], what[32];
+    stall_path(path, sizeof(path), "stopped");
+    unlink(path);
+    stall_path(path, sizeof(path), "cont");
+    unlink(path);
+    for (int r = 0; r < n; r++) {
+        snprintf(what, sizeof(what), "done%d", r);
+        stall_path(path, sizeof(path), what);
+        unlink(path);
+    }
+}
+
 /* Before any verbs resource (a fork after registration is unsafe): a child
- * that, told to, stops this process (SIGSTOP) and continues it later. */
-static void stall_watcher_fork(void)
+ * that, told to, stops this process (SIGSTOP), and continues it once every
+ * other rank says it synced without it (or after STALL_MAX_S). */
+static void stall_watcher_fork(int n)
 {
     int fd[2];
     if (pipe(fd) != 0)
@@ -691,10 +750,19 @@ static void stall_watcher_fork(void)
             _exit(0); /* the parent ended first */
         usleep(STALL_AT_MS * 1000);
         kill(parent, SIGSTOP);
-        fprintf(stderr, "rank %d stopped (SIGSTOP) for %d ms\n", g_rank, STALL_FOR_MS);
-        usleep(STALL_FOR_MS * 1000);
+        double t_stop = now_s();
+        stall_put("stopped", t_stop);
+        fprintf(stderr, "rank %d stopped (SIGSTOP)\n", g_rank);
+        for (int r = 0; r < n && now_s() - t_stop < STALL_MAX_S; r++) {
+            char what[32];
+            snprintf(what, sizeof(what), "done%d", r);
+            if (r != g_rank)
+                (void)stall_get(what, STALL_MAX_S - (now_s() - t_stop));
+        }
         kill(parent, SIGCONT);
-        fprintf(stderr, "rank %d continued (SIGCONT)\n", g_rank);
+        stall_put("cont", now_s());
+        fprintf(stderr, "rank %d continued (SIGCONT) after %.2f s\n", g_rank,
+                now_s() - t_stop);
         _exit(0);
     }
     close(fd[0]);
@@ -702,7 +770,7 @@ static void stall_watcher_fork(void)
 }
 
 /*
- * A rank stopped for STALL_FOR_MS while S-MA runs with workers adding (the
+ * A rank stopped while S-MA runs with workers adding (the
  * models differ at every round): the others keep syncing among themselves
  * during the stall, never count it failed, leave it out of rounds
  * (shs_shadow_peer_skips), read it again once it continues, and the sum over
@@ -735,38 +803,52 @@ static void case_stall(shs_ctx_t *ctx, shs_region_t *model, bool ds)
     }
     wait_rounds(sh, 8); /* the straggler bound has round times to go by */
     CHECK_OK(shs_ctx_barrier(ctx));
-    double t0 = now_s();
     if (g_rank == STALL_RANK && write(g_stall_pipe, "g", 1) != 1)
         fail("watcher pipe: %s", strerror(errno));
     shs_shadow_stats_t s;
     if (g_rank != STALL_RANK) {
-        /* inside the stall (with margins): the others sync among themselves */
-        while (now_s() - t0 < STALL_AT_MS / 1e3 + 1.0)
+        /* inside the stall (a round in flight at the stop has ended): the
+         * others sync among themselves */
+        double t_stop = stall_get("stopped", RUN_BOUND_S);
+        if (t_stop < 0)
+            fail("stall: rank %d was not stopped within %.0f s", STALL_RANK, RUN_BOUND_S);
+        while (now_s() - t_stop < 0.5)
             usleep(10000);
-        uint64_t r0 = shs_shadow_round(sh);
+        uint64_t r0 = shs_shadow_round(sh), skips = 0;
         CHECK_OK(shs_shadow_stats(sh, &s));
-        uint64_t synced0 = s.rounds;
-        while (now_s() - t0 < (STALL_AT_MS + STALL_FOR_MS) / 1e3 - 0.5)
-            usleep(10000);
-        CHECK_OK(shs_shadow_stats(sh, &s));
-        uint64_t skips;
-        CHECK_OK(shs_shadow_peer_skips(sh, STALL_RANK, &skips));
-        printf("rank %d: during the stall rounds %llu -> %llu, %llu synced, peer %d left out "
-               "of %llu rounds\n", g_rank, (unsigned long long)r0,
-               (unsigned long long)shs_shadow_round(sh),
-               (unsigned long long)(s.rounds - synced0), STALL_RANK, (unsigned long long)skips);
-        if (s.rounds < synced0 + 2)
-            fail("stall: %llu rounds synced during the stall (expected the living ranks to "
-                 "go on)", (unsigned long long)(s.rounds - synced0));
+        uint64_t synced0 = s.rounds, out0 = s.rounds_left_out;
         /* in pairs (hypercube over 4 ranks) rank 0 never meets it, and its
          * partners may sit its rounds out instead (a slot it was reading) */
         bool meets = !ds || (g_rank ^ STALL_RANK) == 1 || (g_rank ^ STALL_RANK) == 2;
-        if (meets && skips == 0 && s.rounds_left_out == 0)
-            fail("stall: peer %d was never left out, nor was this rank", STALL_RANK);
+        for (;;) {
+            CHECK_OK(shs_shadow_stats(sh, &s));
+            CHECK_OK(shs_shadow_peer_skips(sh, STALL_RANK, &skips));
+            bool went_on = s.rounds >= synced0 + 2;
+            bool left_out = !meets || skips > 0 || s.rounds_left_out > out0;
+            if (went_on && left_out)
+                break;
+            if (now_s() - t_stop > STALL_SYNC_BOUND_S)
+                fail("stall: %.0f s into the stall, %llu rounds synced (2 expected), peer %d "
+                     "left out of %llu, this rank of %llu", STALL_SYNC_BOUND_S,
+                     (unsigned long long)(s.rounds - synced0), STALL_RANK,
+                     (unsigned long long)skips,
+                     (unsigned long long)(s.rounds_left_out - out0));
+            usleep(10000);
+        }
+        printf("rank %d: during the stall rounds %llu -> %llu, %llu synced, peer %d left out "
+               "of %llu rounds (%.2f s)\n", g_rank, (unsigned long long)r0,
+               (unsigned long long)shs_shadow_round(sh),
+               (unsigned long long)(s.rounds - synced0), STALL_RANK, (unsigned long long)skips,
+               now_s() - t_stop);
         if (s.failed_peers != 0)
             fail("stall: a straggler was counted failed");
+        char what[32];
+        snprintf(what, sizeof(what), "done%d", g_rank);
+        stall_put(what, now_s());
         /* after it continues: read again (its staleness restarts) */
-        double t_back = t0 + (STALL_AT_MS + STALL_FOR_MS) / 1e3;
+        double t_back = stall_get("cont", STALL_MAX_S + 10.0);
+        if (t_back < 0)
+            fail("stall: rank %d was not continued", STALL_RANK);
         for (; meets;) {
             double ms;
             CHECK_OK(shs_shadow_peer_staleness(sh, STALL_RANK, &ms));
@@ -781,8 +863,9 @@ static void case_stall(shs_ctx_t *ctx, shs_region_t *model, bool ds)
             printf("rank %d: peer %d read again %.2f s after it continued\n", g_rank,
                    STALL_RANK, now_s() - t_back);
     } else {
-        while (now_s() - t0 < (STALL_AT_MS + STALL_FOR_MS) / 1e3 + 0.5)
-            usleep(10000);
+        if (stall_get("cont", STALL_MAX_S + 10.0) < 0) /* it runs again: it wrote it */
+            fail("stall: no record of the continue");
+        usleep(500 * 1000);
         /* back, it keeps the group's pace: the round that held it stopped
          * must not slow the next ones (its transfer rate and naps once
          * learned the stop, and it was left out of every second round for
@@ -820,8 +903,10 @@ static void case_stall(shs_ctx_t *ctx, shs_region_t *model, bool ds)
     CHECK_OK(shs_ctx_barrier(ctx));
     shs_shadow_destroy(sh);
     shs_region_destroy(res);
-    if (g_watcher > 0)
+    if (g_watcher > 0) {
         waitpid(g_watcher, NULL, 0);
+        stall_cleanup(n); /* every rank read them: the barrier above */
+    }
 }
 
 /* ---------------------------------------------------------------- rejoin */
@@ -947,7 +1032,10 @@ static void case_rejoin(shs_ctx_t *ctx, shs_region_t *model, bool ds, bool ring)
         fail("rejoin: the rejoined rank had %llu rounds with errors (%s)",
              (unsigned long long)s.errors, shs_status_string(s.last_error));
     /* every rank knows of the rejoin; the mean is over the context, the
-     * rejoiner with the others */
+     * rejoiner with the others: each rank's model moved by its own amount
+     * first, so a finish that changed nothing, or left a rank out, shows */
+    for (size_t i = 0; i < N_ELEMS; i++)
+        w[i] += (float)(g_rank + 1) * 0.25f;
     double chk[2 * 64], before = ranks_sum(ctx, res, w, chk);
     CHECK_OK(shs_shadow_finish(sh));
     check_finished(ctx, res, w, before, "rejoin finish");
@@ -1075,7 +1163,7 @@ int main(int argc, char **argv)
     g_rank = atoi(getenv("SHS_RANK"));
     setvbuf(stdout, NULL, _IOLBF, 0); /* lines in order with a killed rank's */
     if (strncmp(argv[1], "stall", 5) == 0 && g_rank == STALL_RANK)
-        stall_watcher_fork();
+        stall_watcher_fork(atoi(getenv("SHS_SIZE") != NULL ? getenv("SHS_SIZE") : "4"));
     if (strcmp(argv[1], "rejoin-ds") == 0)
         setenv("SHS_SHADOW_REJOIN_SEED", "own", 1); /* read by the rejoiner's context */
     shs_ctx_t *ctx;
