@@ -1,7 +1,8 @@
 /* Completions and immediates: polling the context's one completion queue
  * (and installing a rejoined rank's queue pairs on the polling thread),
  * shs_progress, and taking immediates in arrival order. No allocation, no
- * lock. */
+ * lock; a wait naps briefly once it has been idle for a while (the
+ * waiter). */
 #include <arpa/inet.h>
 #include <string.h>
 

@@ -515,4 +515,3 @@ shs_status_t shs_flush_test(shs_ctx_t *ctx, int peer)
     }
     return status;
 }
-

@@ -211,11 +211,12 @@ bool ctr_sync_teardown(ctr_run_t *r, const ctr_result_t *res)
     const char *step = "shs_shadow_finish";
     if (r->sync && !r->o.no_finish) {
         st = shs_shadow_finish(r->sh);
-        /* EASGD after a rejoin: not settled, on every rank alike; the barrier
+        /* EASGD after a rejoin (shs-ctr refuses that pairing, but a
+         * finish may say so): not settled, on every rank alike; the barrier
          * and the average (over the mesh, the rejoiner with them) go on */
         if (st == SHS_ERR_UNSUPPORTED) {
-            printf("%-10s rank %d: a rank rejoined during the run: models not settled; the "
-                   "average of the ranks' models is taken\n", r->o.label, r->rank);
+            printf("%-10s rank %d: the finish did not settle the models (EASGD after a "
+                   "rejoin); the average of the ranks' models is taken\n", r->o.label, r->rank);
             st = SHS_OK;
         }
         /* a peer failed or did not come: the job-wide steps are skipped

@@ -312,7 +312,8 @@ static PyGetSetDef ctx_getset[] = {
     {"rank", (getter)ctx_get_rank, NULL, "this process's rank", NULL},
     {"size", (getter)ctx_get_size, NULL, "the number of ranks in the job", NULL},
     {"rejoined", (getter)ctx_get_rejoined, NULL,
-     "True when this process rejoined a running job (SHS_REJOIN=1)", NULL},
+     "True when this process joined a running job as a rank started again "
+     "(SHS_REJOIN=1, a job of more than one rank)", NULL},
     {"closed", (getter)ctx_get_closed, NULL, "True after close()", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

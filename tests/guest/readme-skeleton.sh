@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# readme-skeleton.sh README OUT: writes the README's trainer skeleton (its
-# first ```c block) to OUT, so the tests compile and run it as printed.
+# readme-skeleton.sh README OUT: writes the README's trainer skeleton (the
+# first ```c block after the line "A trainer's skeleton") to OUT, so the
+# tests compile and run it as printed.
 set -euo pipefail
 readme=$1 out=$2
-awk '/^```c$/ { inside = 1; next } /^```$/ && inside { exit } inside' "$readme" > "$out.tmp"
-if ! grep -q 'int main(void)' "$out.tmp"; then
-    echo "readme-skeleton: no C block with main() in $readme" >&2
-    rm -f "$out.tmp"
+tmp=$(mktemp "$out.XXXXXX")
+trap 'rm -f "$tmp"' EXIT
+tr -d '\r' < "$readme" | awk '
+    /^A trainer.s skeleton/ { after = 1 }
+    after && /^```c$/ { inside = 1; next }
+    inside && /^```$/ { exit }
+    inside' > "$tmp"
+if ! grep -q 'int main(void)' "$tmp"; then
+    echo "readme-skeleton: no C block with main() after \"A trainer's skeleton\" in $readme" >&2
     exit 1
 fi
-mv "$out.tmp" "$out"
+mv "$tmp" "$out"
+trap - EXIT
