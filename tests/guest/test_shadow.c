@@ -65,6 +65,10 @@
  *              starting from its own initial model (SHS_SHADOW_REJOIN_SEED
  *              =own): every rank converges to (3 mean + its model) / 4, so
  *              the rounds across the re-admission kept the sum
+ *   finish-failed S-MA over all ranks, rank 2 killed (not started again):
+ *              every survivor's shs_shadow_finish returns
+ *              SHS_ERR_PEER_FAILED (the ranks' vote: none settles) and
+ *              leaves its model as it was
  * With SHS_SHADOW_WIRE=bf16 in the environment the cases run on bf16
  * snapshots (CMake runs conserve and stop-conserve so).
  *
@@ -1043,6 +1047,54 @@ static void case_rejoin(shs_ctx_t *ctx, shs_region_t *model, bool ds, bool ring)
     shs_region_destroy(res);
 }
 
+/* A rank killed for good: the survivors' finish refuses alike, changing
+ * nothing (each rank's model moved by its own amount first, so a finish
+ * that averaged the survivors would show). */
+static void case_finish_failed(shs_ctx_t *ctx, shs_region_t *model)
+{
+    float *w = shs_region_addr(model);
+    shs_shadow_params_t p = ma_params(false);
+    shs_shadow_t *sh;
+    fill(w, g_rank);
+    CHECK_OK(shs_shadow_create(ctx, model, 0, N_ELEMS, &p, &sh));
+    CHECK_OK(shs_shadow_start(sh));
+    wait_rounds(sh, 3);
+    CHECK_OK(shs_ctx_barrier(ctx));
+    if (g_rank == REJOIN_RANK) {
+        fflush(stdout);
+        usleep(200 * 1000);
+        raise(SIGKILL);
+    }
+    shs_shadow_stats_t s;
+    for (double t0 = now_s();; usleep(20 * 1000)) {
+        CHECK_OK(shs_shadow_stats(sh, &s));
+        if (s.failed_peers > 0)
+            break;
+        if (now_s() - t0 > RUN_BOUND_S)
+            fail("finish-failed: rank %d not counted failed within %.0f s", REJOIN_RANK,
+                 RUN_BOUND_S);
+    }
+    CHECK_OK(shs_shadow_stop(sh));
+    double before = 0, after = 0;
+    for (size_t i = 0; i < N_ELEMS; i++) {
+        w[i] += (float)(g_rank + 1) * 0.25f;
+        before += w[i] * (double)(i % 97 + 1);
+    }
+    shs_status_t st = shs_shadow_finish(sh);
+    for (size_t i = 0; i < N_ELEMS; i++)
+        after += w[i] * (double)(i % 97 + 1);
+    printf("rank %d: finish with rank %d gone: %s\n", g_rank, REJOIN_RANK,
+           shs_status_string(st));
+    if (st != SHS_ERR_PEER_FAILED)
+        fail("finish-failed: shs_shadow_finish returned %s, expected SHS_ERR_PEER_FAILED",
+             shs_status_string(st));
+    if (after != before)
+        fail("finish-failed: the refused finish changed the model (checksum %.6f -> %.6f)",
+             before, after);
+    CHECK_OK(shs_ctx_barrier(ctx)); /* among the living */
+    shs_shadow_destroy(sh);
+}
+
 /* ------------------------------------------------------- wire mismatch */
 
 static void case_wire_mismatch(shs_ctx_t *ctx, shs_region_t *model)
@@ -1210,6 +1262,8 @@ int main(int argc, char **argv)
              strcmp(which, "rejoin-ring") == 0)
         case_rejoin(ctx, model, strcmp(which, "rejoin-ds") == 0,
                     strcmp(which, "rejoin-ring") == 0);
+    else if (strcmp(which, "finish-failed") == 0)
+        case_finish_failed(ctx, model);
     else
         fail("unknown case %s", which);
     CHECK_OK(shs_ctx_barrier(ctx));
