@@ -261,62 +261,61 @@ shs_status_t shs_shadow_sync(shs_shadow_t *sh)
     return st;
 }
 
+/* Whether the engine's view counts every peer alive (no rejoin: it knows). */
+static shs_status_t view_alive(const shs_shadow_t *sh)
+{
+    if (sh->view.ndead == 0)
+        return SHS_OK;
+    SHS_ERROR("shs_shadow_finish: %d peer(s) failed or gone: the ranks cannot be settled "
+              "(their models stay as they are)", sh->view.ndead);
+    return SHS_ERR_PEER_FAILED;
+}
+
 /* EASGD: its center is settled among the ranks that created their engines
  * together, every one alive. */
 static shs_status_t easgd_members(shs_shadow_t *sh)
 {
-    if (sh->view.ndead > 0) {
-        SHS_ERROR("shs_shadow_finish: %d peer(s) failed or gone: the ranks cannot be settled "
-                  "(their models stay as they are)", sh->view.ndead);
-        return SHS_ERR_PEER_FAILED;
-    }
-    if (shs__view_changed(&sh->view) || shs__ctx_members_changed(sh->ctx)) {
+    shs_status_t st = view_alive(sh);
+    if (st == SHS_OK && (shs__view_changed(&sh->view) || shs__ctx_members_changed(sh->ctx))) {
         SHS_WARN("shs_shadow_finish: a rank failed and rejoined during the run: EASGD's "
                  "center is not settled (the models stay as they are; a collective average "
                  "of them works)");
-        return SHS_ERR_UNSUPPORTED;
+        st = SHS_ERR_UNSUPPORTED;
     }
-    return SHS_OK;
+    return st;
 }
 
-/* This rank's verdict on settling MA/BMUF replicas: every peer alive, and
- * every write this rank made landed. After a rejoin (every rank knows of
- * it: the rejoiner, and each rank it connected to) the connections decide,
- * not the engine's view: a rank whose thread stopped before its engine
- * took the rejoiner back still counts it gone there, while the mean (a
- * collective over the context) includes it. A peer dead in the view that
- * never rejoined is gone. */
-static shs_status_t finish_verdict(shs_shadow_t *sh)
+/* After a rejoin (every rank knows of it: the rejoiner, and each rank it
+ * connected to) the connections decide, not the engine's view: a rank
+ * whose thread stopped before its engine took the rejoiner back still
+ * counts it gone there, while the mean (a collective over the context)
+ * includes it. A peer dead in the view that never rejoined is gone. */
+static shs_status_t connections_alive(shs_shadow_t *sh)
 {
-    if (!shs__ctx_members_changed(sh->ctx)) {
-        if (sh->view.ndead > 0) {
-            SHS_ERROR("shs_shadow_finish: %d peer(s) failed or gone: the ranks cannot be "
-                      "settled (their models stay as they are)", sh->view.ndead);
-            return SHS_ERR_PEER_FAILED;
-        }
-        return shs_flush(sh->io, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT);
-    }
     /* a staged rejoiner is taken in on the context and the endpoint here */
     shs_status_t st = shs_progress(sh->ctx);
     if (st == SHS_OK)
         st = shs_progress(sh->io);
-    if (st != SHS_OK)
-        return st;
-    for (int p = 0; p < sh->size; p++) {
-        if (p == sh->rank)
-            continue;
-        bool gone = shs_ctx_peer_status(sh->ctx, p, NULL) != SHS_OK ||
-                    shs_ctx_peer_status(sh->io, p, NULL) != SHS_OK ||
-                    (shs__view_is_dead(&sh->view, p) &&
-                     shs__ctx_peer_incarnation(sh->ctx, p) == 0);
-        if (gone) {
+    for (int p = 0; p < sh->size && st == SHS_OK; p++) {
+        if (p != sh->rank &&
+            (shs_ctx_peer_status(sh->ctx, p, NULL) != SHS_OK ||
+             shs_ctx_peer_status(sh->io, p, NULL) != SHS_OK ||
+             (shs__view_is_dead(&sh->view, p) && shs__ctx_peer_incarnation(sh->ctx, p) == 0))) {
             SHS_ERROR("shs_shadow_finish: peer %d failed or gone (ranks rejoined during the "
                       "run, and this one is not back): the ranks cannot be settled (their "
                       "models stay as they are)", p);
-            return SHS_ERR_PEER_FAILED;
+            st = SHS_ERR_PEER_FAILED;
         }
     }
-    return shs_flush(sh->io, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT);
+    return st;
+}
+
+/* This rank's verdict on settling MA/BMUF replicas: every peer alive, and
+ * every write this rank made landed. */
+static shs_status_t finish_verdict(shs_shadow_t *sh)
+{
+    shs_status_t st = shs__ctx_members_changed(sh->ctx) ? connections_alive(sh) : view_alive(sh);
+    return st == SHS_OK ? shs_flush(sh->io, SHS_PEER_ALL, SHS_TIMEOUT_DEFAULT) : st;
 }
 
 /* The ranks' verdicts, gathered among the living over the mesh (in place
