@@ -9,7 +9,7 @@ PKGS=(
     libibverbs-dev librdmacm-dev ibverbs-providers ibverbs-utils rdma-core
     rdmacm-utils perftest iproute2
     libhwloc-dev hwloc libnuma-dev numactl check
-    libssl-dev
+    libssl-dev libxxhash-dev
     valgrind clang libclang-rt-14-dev
     qemu-system-x86 busybox-static cpio kmod
     openmpi-bin libopenmpi-dev

@@ -50,12 +50,13 @@ static shs_status_t write_all(FILE *f, const void *p, size_t bytes, const char *
 }
 
 shs_status_t shs__emb_shard_save(const char *dir, const shs__emb_layout_t *l, uint32_t shard,
-                                 uint32_t dim, const float *rows, const float *state)
+                                 uint32_t dim, size_t stride, const float *rows,
+                                 const float *state)
 {
     char path[SHS__EMB_PATH_MAX], tmp[SHS__EMB_PATH_MAX];
     shs_status_t st;
 
-    if (dir == NULL || l == NULL || shard >= l->shards || dim == 0 ||
+    if (dir == NULL || l == NULL || shard >= l->shards || dim == 0 || stride < dim ||
         (rows == NULL && shs__emb_shard_rows(l, shard) > 0))
         return SHS_ERR_INVALID_ARG;
     if ((st = shard_path(path, dir, shard, l->shards, "")) != SHS_OK ||
@@ -80,8 +81,8 @@ shs_status_t shs__emb_shard_save(const char *dir, const shs__emb_layout_t *l, ui
         return SHS_ERR_IO;
     }
     st = write_all(f, &h, sizeof(h), tmp);
-    if (st == SHS_OK)
-        st = write_all(f, rows, h.shard_rows * dim * sizeof(float), tmp);
+    for (uint64_t k = 0; st == SHS_OK && k < h.shard_rows; k++)
+        st = write_all(f, rows + k * stride, dim * sizeof(float), tmp);
     if (st == SHS_OK && state != NULL)
         st = write_all(f, state, h.shard_rows * sizeof(float), tmp);
     if (fclose(f) != 0 && st == SHS_OK) {

@@ -24,11 +24,14 @@
 #define SHS__EMB_PATH_MAX 4096
 
 /* Write shard `shard` of layout l: shs__emb_shard_rows(l, shard) rows of dim
- * floats, and as many Adagrad accumulators when state != NULL.
+ * floats, row k at rows + k * stride (stride >= dim: the shard's rows carry
+ * their check word in memory, not in the file), and as many Adagrad
+ * accumulators when state != NULL.
  * SHS_ERR_IO (logged with the path and errno's text) when the file cannot be
  * written; SHS_ERR_INVALID_ARG for a bad argument or a path too long. */
 shs_status_t shs__emb_shard_save(const char *dir, const shs__emb_layout_t *l, uint32_t shard,
-                                 uint32_t dim, const float *rows, const float *state);
+                                 uint32_t dim, size_t stride, const float *rows,
+                                 const float *state);
 
 /* Fill shard `shard` of layout l (rows of dim floats; state, when not NULL,
  * one accumulator per row) from the save in dir, whatever its shard count

@@ -520,7 +520,8 @@ shs_status_t shs_emb_save(shs_emb_t *e, const char *dir)
     if (st == SHS_OK && bad >= 0)
         st = SHS_ERR_PEER_FAILED;
     if (st == SHS_OK && e->me >= 0)
-        st = shs__emb_shard_save(dir, &e->layout, (uint32_t)e->me, e->dim, e->data, e->state);
+        st = shs__emb_shard_save(dir, &e->layout, (uint32_t)e->me, e->dim, e->dim, e->data,
+                                  e->state);
     shs_status_t bs = shs_ctx_barrier(e->ctx);
     return st != SHS_OK ? st : bs;
 }

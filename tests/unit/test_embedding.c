@@ -308,7 +308,7 @@ static void save_all(const char *dir, const shs__emb_layout_t *l, bool with_stat
     static float rows[SV_ROWS * SV_DIM], state[SV_ROWS];
     for (uint32_t s = 0; s < l->shards; s++) {
         fill_shard(l, s, rows, state);
-        ck_assert_int_eq(shs__emb_shard_save(dir, l, s, SV_DIM, rows, with_state ? state : NULL),
+        ck_assert_int_eq(shs__emb_shard_save(dir, l, s, SV_DIM, SV_DIM, rows, with_state ? state : NULL),
                          SHS_OK);
     }
 }
