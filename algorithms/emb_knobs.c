@@ -32,6 +32,14 @@ static const shs__knob_t emb_knobs[] = {
                       "embedding tables: updates in flight per worker and holder: auto "
                       "(512 KiB of slots, 4..32) or 1..64; a holder's inbox is ranks x workers "
                       "x this many slots of max_batch rows"),
+    /* 4: a row fails its check only when a READ overlaps the holder's
+     * update of that row, which takes about as long as copying the row;
+     * the next read comes a round trip later and finds it whole unless the
+     * row is updated back to back (a hot row). Past 4 such reads the owner
+     * path, which one more round trip always serves, is the cheaper way. */
+    SHS_KNOB_INT("SHS_EMB_READ_TRIES", emb_read_tries, "4", 1, 1000,
+                 "embedding lookups (READ path): reads of a row whose check word shows it "
+                 "was being updated, before its holder is asked to copy it instead"),
 };
 
 const shs__knob_table_t shs__emb_knob_table = SHS_KNOB_TABLE("algorithms", emb_knobs, NULL);

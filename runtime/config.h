@@ -91,6 +91,7 @@ typedef struct shs__config {
     int emb_owner_reads;       /* SHS_EMB_OWNER_READS auto path: owner path past this many READs */
     int emb_apply_nap_us;      /* SHS_EMB_APPLY_NAP_US longest nap of an idle apply thread */
     int emb_slots;             /* SHS_EMB_SLOTS updates in flight per worker and holder (-1 auto) */
+    int emb_read_tries;        /* SHS_EMB_READ_TRIES reads of a row before the owner path */
 } shs__config_t;
 
 /* How the environment is read: getenv, or a fake one in tests. */

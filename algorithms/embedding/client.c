@@ -147,7 +147,7 @@ static shs_status_t send_msg(shs_emb_worker_t *w, const shs__emb_plan_t *p, int 
     emb_hdr_t *h = (emb_hdr_t *)msg;
     h->kind = kind;
     h->count = cnt;
-    h->answer_off = (uint64_t)lo * e->dim;
+    h->answer_row = lo;
     h->reserved = 0;
     memcpy(msg + EMB_HDR_BYTES, p->local + lo, (size_t)cnt * sizeof(uint64_t));
     if (kind == EMB_MSG_UPDATE)
@@ -205,35 +205,109 @@ static uint8_t choose_via(const shs_emb_worker_t *w, int o)
     return reads > e->owner_reads ? EMB_VIA_OWNER : EMB_VIA_READ;
 }
 
-static shs_status_t post_reads(shs_emb_worker_t *w, int o)
+/* Packed rows [i, i + run) of holder o (consecutive local rows) by one
+ * READ, with their check words. */
+static shs_status_t read_rows(shs_emb_worker_t *w, int o, uint32_t i, uint32_t run, bool signal)
 {
     shs_emb_t *e = w->emb;
+    shs_status_t st = shs_read(w->ep, e->holder_rank[o], e->wbuf,
+                               (size_t)w->index * e->w_bytes + e->w_rows_off +
+                                   (size_t)i * e->stride_bytes,
+                               e->shard, w->plan.local[i] * e->stride_bytes,
+                               (size_t)run * e->stride_bytes, signal ? SHS_OP_SIGNAL : 0);
+    if (st == SHS_OK)
+        emb_count(&w->c.reads, 1);
+    return st;
+}
+
+static shs_status_t post_reads(shs_emb_worker_t *w, int o)
+{
     const shs__emb_plan_t *p = &w->plan;
     uint32_t hi = p->owner_start[o + 1];
     for (uint32_t i = p->owner_start[o]; i < hi;) {
         uint32_t run = shs__emb_plan_run(p, (uint32_t)o, i, UINT32_MAX);
-        shs_status_t st = shs_read(w->ep, e->holder_rank[o], e->wbuf,
-                                   (size_t)w->index * e->w_bytes + e->w_rows_off + i * e->row_bytes,
-                                   e->shard, p->local[i] * e->row_bytes, run * e->row_bytes,
-                                   i + run == hi ? SHS_OP_SIGNAL : 0);
+        shs_status_t st = read_rows(w, o, i, run, i + run == hi);
         if (st != SHS_OK) {
             if (st == SHS_ERR_PEER_FAILED)
                 emb_count(&w->c.peer_failures, 1);
             return st;
         }
-        emb_count(&w->c.reads, 1);
         i += run;
     }
     return SHS_OK;
 }
 
-static void copy_local(shs_emb_worker_t *w, int o)
+/* This rank's own rows, copied while its apply thread may be updating
+ * them: a copy that fails its check is made again (emb.h, Row checks). The
+ * apply thread holds a row for the time of one row's update, so a few
+ * tries do; the bound is the op timeout, never a torn row handed out. */
+static shs_status_t copy_local(shs_emb_worker_t *w, int o)
 {
     const shs_emb_t *e = w->emb;
     const shs__emb_plan_t *p = &w->plan;
     float *packed = packed_rows(w);
+    for (uint32_t i = p->owner_start[o]; i < p->owner_start[o + 1]; i++) {
+        float *dst = packed + (size_t)i * e->stride;
+        const float *src = emb_shard_row(e, p->local[i]);
+        memcpy(dst, src, e->stride_bytes);
+        if (emb_row_whole(e, dst, p->local[i]))
+            continue;
+        shs__waiter_t wt;
+        shs__waiter_init(&wt, e->spin, e->op_timeout_ms);
+        do {
+            emb_count(&w->c.torn_retries, 1);
+            if (shs__waiter_idle(&wt)) {
+                SHS_ERROR("embedding worker %d: local row %llu kept changing for %d ms", w->index,
+                          (unsigned long long)p->local[i], e->op_timeout_ms);
+                return SHS_ERR_TIMEOUT;
+            }
+            memcpy(dst, src, e->stride_bytes);
+        } while (!emb_row_whole(e, dst, p->local[i]));
+    }
+    return SHS_OK;
+}
+
+/* The READ rows of holder o that failed their checks are read again, up
+ * to SHS_EMB_READ_TRIES reads in all; those still torn come by the owner
+ * path, one at a time (emb.h, Row checks). */
+static shs_status_t verify_reads(shs_emb_worker_t *w, int o)
+{
+    shs_emb_t *e = w->emb;
+    const shs__emb_plan_t *p = &w->plan;
+    float *packed = packed_rows(w);
+    uint32_t ntorn = 0;
     for (uint32_t i = p->owner_start[o]; i < p->owner_start[o + 1]; i++)
-        memcpy(packed + (size_t)i * e->dim, e->data + p->local[i] * e->dim, e->row_bytes);
+        if (!emb_row_whole(e, packed + (size_t)i * e->stride, p->local[i]))
+            w->torn[ntorn++] = i;
+    for (unsigned t = 1; ntorn > 0 && t < e->read_tries; t++) {
+        emb_count(&w->c.torn_retries, ntorn);
+        shs_status_t st = SHS_OK;
+        for (uint32_t k = 0; k < ntorn && st == SHS_OK; k++)
+            st = read_rows(w, o, w->torn[k], 1, k + 1 == ntorn);
+        if (st == SHS_OK)
+            st = shs_flush(w->ep, e->holder_rank[o], SHS_TIMEOUT_DEFAULT);
+        if (st != SHS_OK)
+            return st;
+        uint32_t still = 0;
+        for (uint32_t k = 0; k < ntorn; k++) {
+            uint32_t i = w->torn[k];
+            if (!emb_row_whole(e, packed + (size_t)i * e->stride, p->local[i]))
+                w->torn[still++] = i;
+        }
+        ntorn = still;
+    }
+    for (uint32_t k = 0; k < ntorn; k++) {
+        shs_status_t st = send_msg(w, p, o, EMB_MSG_LOOKUP, w->torn[k], 1);
+        if (st == SHS_OK)
+            st = wait_word(w, o, answer_word(w, o), w->sent[o] ^ EMB_ANSWER_MAGIC, WAIT_EQ,
+                           "answer a lookup of a row that kept changing", -1);
+        if (st == SHS_ERR_TIMEOUT)
+            w->gone[o] = true; /* its answer may still land: never ask it again */
+        if (st != SHS_OK)
+            return st;
+        emb_count(&w->c.torn_fallbacks, 1);
+    }
+    return SHS_OK;
 }
 
 shs_status_t shs_emb_lookup_start(shs_emb_worker_t *w, const uint64_t *ids, size_t n)
@@ -256,7 +330,7 @@ shs_status_t shs_emb_lookup_start(shs_emb_worker_t *w, const uint64_t *ids, size
             sync_holder(w, o);
         w->via[o] = cnt == 0 ? EMB_VIA_NONE : choose_via(w, o);
         if (w->via[o] == EMB_VIA_LOCAL) {
-            copy_local(w, o);
+            st = copy_local(w, o);
             emb_count(&w->c.rows_local, cnt);
         } else if (w->via[o] == EMB_VIA_READ) {
             st = post_reads(w, o);
@@ -294,6 +368,8 @@ static shs_status_t finish_lookup(shs_emb_worker_t *w)
         shs_status_t st = SHS_OK;
         if (w->via[o] == EMB_VIA_READ) {
             st = shs_flush(w->ep, e->holder_rank[o], SHS_TIMEOUT_DEFAULT);
+            if (st == SHS_OK)
+                st = verify_reads(w, o);
             if (st == SHS_ERR_PEER_FAILED || st == SHS_ERR_REMOTE_ACCESS ||
                 st == SHS_ERR_TRANSPORT)
                 emb_count(&w->c.peer_failures, 1);
@@ -325,7 +401,8 @@ shs_status_t shs_emb_lookup_wait(shs_emb_worker_t *w, float *out, size_t out_len
         return SHS_ERR_INVALID_ARG;
     }
     if (st == SHS_OK)
-        shs__emb_plan_scatter(&w->plan, packed_rows(w), w->emb->dim, (uint32_t)n, out);
+        shs__emb_plan_scatter(&w->plan, packed_rows(w), w->emb->stride, w->emb->dim,
+                              (uint32_t)n, out);
     return st;
 }
 
@@ -363,8 +440,8 @@ shs_status_t shs_emb_lookup_pooled(shs_emb_worker_t *w, const uint64_t *ids,
     if (st == SHS_OK)
         st = finish_lookup(w);
     if (st == SHS_OK)
-        shs__emb_plan_pool(&w->plan, packed_rows(w), w->emb->dim, offsets, (uint32_t)nbags,
-                           mean, out);
+        shs__emb_plan_pool(&w->plan, packed_rows(w), w->emb->stride, w->emb->dim, offsets,
+                           (uint32_t)nbags, mean, out);
     return st;
 }
 

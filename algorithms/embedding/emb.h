@@ -5,8 +5,9 @@
  *   inbox   holders: one slot per (sender rank, worker, k < e->slots),
  *           written by the senders' workers: a message is a header, local row
  *           indices, gradient rows (updates) and a trailer stamp
- *   wbuf    per worker: the packed rows of a lookup (READ destination, or
- *           where holders write owner-path answers), send staging per holder
+ *   wbuf    per worker: the packed rows of a lookup, each with its check
+ *           word, stride_bytes apart (READ destination, or where holders
+ *           write owner-path answers), send staging per holder
  *           and slot, and the words holders write back: the last applied
  *           sequence and the last answered lookup, per holder
  *   srv     holders: the apply thread's sources for those words and its
@@ -33,6 +34,19 @@
  *     one of the new.
  * A rejoined holder loads its shard from the save the program names before
  * it makes its endpoints, so no peer reads or updates it before the load.
+ *
+ * Row checks. RDMA READ is not atomic, not even per float, and the apply
+ * thread updates rows in place while peers READ them (and while this rank's
+ * workers copy its own rows). So every row carries a check word: XXH3-64 of
+ * its dim floats seeded with the row's local index (emb_row_check). The
+ * apply thread, the only writer of a shard, rewrites the word after each
+ * update of the row (and load and init write it), so a copy made while the
+ * row changed, whatever the order its bytes were read in, holds data and a
+ * word that disagree (with probability 1 - 2^-64) and is read again: a
+ * reader never needs the bytes in any order, only data and word together.
+ * A remote row that fails SHS_EMB_READ_TRIES reads in a row comes from the
+ * owner path (the apply thread copies it between its own updates). Owner-
+ * path answers carry the word too, copied with the row by its one writer.
  */
 #ifndef SHS_ALGORITHMS_EMBEDDING_EMB_H
 #define SHS_ALGORITHMS_EMBEDDING_EMB_H
@@ -46,6 +60,7 @@
 #include <shadowsync/region.h>
 
 #include "algorithms/embedding/plan.h"
+#include "runtime/hash.h"
 
 #define EMB_MAX_WORKERS 64
 #define EMB_MAX_DIM 4096
@@ -65,7 +80,7 @@ typedef struct emb_hdr {
     _Atomic uint64_t stamp; /* e ^ EMB_HEAD_MAGIC */
     uint32_t kind;
     uint32_t count;
-    uint64_t answer_off;    /* lookup: float offset of row 0 in the asker's rows area */
+    uint64_t answer_row;    /* lookup: packed index of row 0 in the asker's rows area */
     uint64_t reserved;
 } emb_hdr_t;
 
@@ -73,7 +88,8 @@ _Static_assert(sizeof(emb_hdr_t) == EMB_HDR_BYTES, "message header size");
 
 typedef struct emb_counters {
     _Atomic uint64_t lookups, ids, dup_ids, rows_local, rows_read, rows_owner, reads,
-        bytes_fetched, updates, update_rows, slot_waits, slot_wait_ns, peer_failures;
+        bytes_fetched, updates, update_rows, slot_waits, slot_wait_ns, peer_failures,
+        torn_retries, torn_fallbacks;
 } emb_counters_t;
 
 struct shs_emb_worker {
@@ -83,6 +99,7 @@ struct shs_emb_worker {
     shs__emb_plan_t plan;     /* the lookup's (kept from start to wait) */
     shs__emb_plan_t uplan;    /* the update's, so an update between start and wait is safe */
     float *grads;             /* summed gradient rows of a batch (max_batch x dim) */
+    uint32_t *torn;           /* packed indices of READ rows that failed their check */
     bool *gone;               /* per holder: an answer timed out; late bytes could land */
     uint64_t *sent;           /* per holder: last sequence sent */
     uint64_t *answer_want;    /* per holder: the stamp an owner-path answer will carry */
@@ -108,6 +125,7 @@ struct shs_emb {
     uint32_t max_batch;
     int nworkers;
     shs_emb_path_t path;
+    unsigned read_tries;      /* SHS_EMB_READ_TRIES */
     int op_timeout_ms;
     unsigned spin;
     uint32_t owner_reads;     /* SHS_EMB_OWNER_READS, or measured (calibrate.c) */
@@ -118,11 +136,15 @@ struct shs_emb {
     int *holder_of;           /* rank -> holder index, or -1 */
     int me;                   /* this rank's holder index, or -1 */
 
-    size_t row_bytes, slot_bytes, nslots;
+    size_t row_bytes;         /* dim floats: a gradient row, a row in a save */
+    size_t stride_bytes;      /* a row in the shard and in packed rows: data, pad, check */
+    size_t stride;            /* the same in floats */
+    size_t check_off;         /* the check word's offset in a row */
+    size_t slot_bytes, nslots;
     int want_slots;  /* params or SHS_EMB_SLOTS; -1 auto */
     uint32_t slots;  /* per (worker, holder), resolved */
     shs_region_t *shard, *inbox, *wbuf, *srv;
-    float *data;              /* shard memory (shard_rows x dim), NULL for a non-holder */
+    float *data;              /* shard memory (shard_rows x stride), NULL for a non-holder */
     float *state;             /* Adagrad accumulators, one per shard row */
     uint64_t shard_rows;
     /* wbuf layout of one worker */
@@ -168,6 +190,37 @@ static inline size_t emb_msg_bytes(const shs_emb_t *e, uint32_t kind, uint32_t c
 static inline uint64_t emb_head_stamp(uint64_t seq, uint32_t kind, uint32_t count)
 {
     return seq ^ EMB_HEAD_MAGIC ^ ((uint64_t)kind << 32) ^ ((uint64_t)count << 40);
+}
+
+/* The check word of a row (of the shard or packed) that starts at row and
+ * has local index loc: what it holds when row is whole (emb.h, Row checks). */
+static inline _Atomic uint64_t *emb_check_word(const shs_emb_t *e, float *row)
+{
+    return (_Atomic uint64_t *)((uint8_t *)row + e->check_off);
+}
+
+static inline uint64_t emb_row_check(const shs_emb_t *e, const float *row, uint64_t loc)
+{
+    return shs__hash64(row, e->row_bytes, loc);
+}
+
+/* whether a copy of a row (data and check word) is whole */
+static inline bool emb_row_whole(const shs_emb_t *e, float *row, uint64_t loc)
+{
+    return atomic_load_explicit(emb_check_word(e, row), memory_order_relaxed) ==
+           emb_row_check(e, row, loc);
+}
+
+/* the apply thread (or init, load) after it wrote shard row loc */
+static inline void emb_row_seal(const shs_emb_t *e, float *row, uint64_t loc)
+{
+    atomic_store_explicit(emb_check_word(e, row), emb_row_check(e, row, loc),
+                          memory_order_release);
+}
+
+static inline float *emb_shard_row(const shs_emb_t *e, uint64_t loc)
+{
+    return e->data + loc * e->stride;
 }
 
 static inline uint8_t *emb_wbuf(const shs_emb_t *e, int w)

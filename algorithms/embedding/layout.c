@@ -2,6 +2,8 @@
  * the owners' per-row optimizers (plan.h). */
 #include <math.h>
 
+#include <shadowsync/embedding.h>
+
 #include "algorithms/embedding/plan.h"
 
 shs_status_t shs__emb_layout_init(shs__emb_layout_t *l, uint64_t rows, uint32_t shards,
@@ -64,13 +66,20 @@ static uint64_t mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
-void shs__emb_init_row(uint64_t seed, uint64_t row, float scale, float *out, uint32_t dim)
+void shs_emb_init_row(uint64_t seed, uint64_t row, float scale, float *out, uint32_t dim)
 {
+    if (out == NULL)
+        return;
     uint64_t key = mix64(seed ^ mix64(row + 0x9e3779b97f4a7c15ull));
     for (uint32_t j = 0; j < dim; j++) {
         uint64_t z = mix64(key + (uint64_t)j * 0x9e3779b97f4a7c15ull);
-        double u = (double)(z >> 11) * (1.0 / 9007199254740992.0); /* [0, 1) with 53 bits */
-        out[j] = (float)((2.0 * u - 1.0) * scale);
+        /* 24 bits make x exact in float, in [-1, 1 - 2^-23]: x * scale then
+         * rounds below scale for any normal scale; the clamp covers a
+         * subnormal one. (A double u rounded to float, as before, could
+         * round up to scale itself.) */
+        float x = (float)((int32_t)(z >> 40) - (1 << 23)) * 0x1p-23f;
+        float v = x * scale;
+        out[j] = v < scale || !(scale > 0.0f) ? v : nextafterf(scale, 0.0f);
     }
 }
 

@@ -187,21 +187,21 @@ uint32_t shs__emb_plan_run(const shs__emb_plan_t *p, uint32_t o, uint32_t i, uin
     return len;
 }
 
-void shs__emb_plan_scatter(const shs__emb_plan_t *p, const float *packed, uint32_t dim,
-                           uint32_t n, float *out)
+void shs__emb_plan_scatter(const shs__emb_plan_t *p, const float *packed, size_t stride,
+                           uint32_t dim, uint32_t n, float *out)
 {
     for (uint32_t k = 0; k < n; k++)
-        memcpy(out + (size_t)k * dim, packed + (size_t)p->slot[k] * dim, dim * sizeof(float));
+        memcpy(out + (size_t)k * dim, packed + (size_t)p->slot[k] * stride, dim * sizeof(float));
 }
 
-void shs__emb_plan_pool(const shs__emb_plan_t *p, const float *packed, uint32_t dim,
-                        const uint32_t *offsets, uint32_t nbags, int mean, float *out)
+void shs__emb_plan_pool(const shs__emb_plan_t *p, const float *packed, size_t stride,
+                        uint32_t dim, const uint32_t *offsets, uint32_t nbags, int mean, float *out)
 {
     for (uint32_t b = 0; b < nbags; b++) {
         float *o = out + (size_t)b * dim;
         memset(o, 0, dim * sizeof(float));
         for (uint32_t k = offsets[b]; k < offsets[b + 1]; k++) {
-            const float *r = packed + (size_t)p->slot[k] * dim;
+            const float *r = packed + (size_t)p->slot[k] * stride;
             for (uint32_t j = 0; j < dim; j++)
                 o[j] += r[j];
         }

@@ -50,9 +50,7 @@ void shs__emb_locate(const shs__emb_layout_t *l, uint64_t row, uint32_t *shard_p
 uint64_t shs__emb_shard_rows(const shs__emb_layout_t *l, uint32_t shard);
 uint64_t shs__emb_global_row(const shs__emb_layout_t *l, uint32_t shard, uint64_t local);
 
-/* Row `row`'s initial values, uniform in [-scale, scale), from (seed, row,
- * column) alone. */
-void shs__emb_init_row(uint64_t seed, uint64_t row, float scale, float *out, uint32_t dim);
+/* A row's initial values: shs_emb_init_row (embedding.h). */
 
 /* w -= lr * g */
 void shs__emb_sgd_row(float *restrict w, const float *restrict g, uint32_t dim, float lr);
@@ -96,14 +94,15 @@ shs_status_t shs__emb_plan_build(shs__emb_plan_t *p, const uint64_t *ids, uint32
  * local rows are consecutive (one READ can fetch them), at most max_rows. */
 uint32_t shs__emb_plan_run(const shs__emb_plan_t *p, uint32_t o, uint32_t i, uint32_t max_rows);
 
-/* out[k] = packed[slot[k]] for the batch's n ids (rows of dim floats). */
-void shs__emb_plan_scatter(const shs__emb_plan_t *p, const float *packed, uint32_t dim,
-                           uint32_t n, float *out);
+/* out[k] = packed[slot[k]] for the batch's n ids (rows of dim floats in
+ * out; packed row u at packed + u * stride, stride >= dim). */
+void shs__emb_plan_scatter(const shs__emb_plan_t *p, const float *packed, size_t stride,
+                           uint32_t dim, uint32_t n, float *out);
 
 /* Pooling: bag b is ids [offsets[b], offsets[b + 1]); out[b] = the sum of
  * its rows, or their mean (mean != 0; an empty bag gives zeros). */
-void shs__emb_plan_pool(const shs__emb_plan_t *p, const float *packed, uint32_t dim,
-                        const uint32_t *offsets, uint32_t nbags, int mean, float *out);
+void shs__emb_plan_pool(const shs__emb_plan_t *p, const float *packed, size_t stride,
+                        uint32_t dim, const uint32_t *offsets, uint32_t nbags, int mean, float *out);
 
 /* packed[u] = the sum of grads[k] over the ids k with slot u, added in the
  * batch's order (rows of dim floats; packed holds nuniq rows). */

@@ -19,12 +19,13 @@ static void apply_rows(shs_emb_t *e, const uint64_t *loc, const float *g, uint32
                       from, (unsigned long long)loc[i], (unsigned long long)e->shard_rows);
             continue;
         }
-        float *w = e->data + loc[i] * e->dim;
+        float *w = emb_shard_row(e, loc[i]);
         if (e->opt == SHS_EMB_OPT_ADAGRAD)
             shs__emb_adagrad_row(w, g + (size_t)i * e->dim, e->dim, e->lr, e->eps,
                                  &e->state[loc[i]]);
         else
             shs__emb_sgd_row(w, g + (size_t)i * e->dim, e->dim, e->lr);
+        emb_row_seal(e, w, loc[i]);
     }
 }
 
@@ -40,7 +41,7 @@ static size_t answer_buf(shs_emb_t *e)
         memset(e->answer_pending, 0, EMB_ANSWER_BUFS * sizeof(bool));
     }
     e->answer_pending[b] = true;
-    return e->s_answer_buf_off + (size_t)b * e->max_batch * e->row_bytes;
+    return e->s_answer_buf_off + (size_t)b * e->max_batch * e->stride_bytes;
 }
 
 static void answer(shs_emb_t *e, int r, int wk, uint64_t seq, const emb_hdr_t *h,
@@ -49,11 +50,12 @@ static void answer(shs_emb_t *e, int r, int wk, uint64_t seq, const emb_hdr_t *h
     uint8_t *srv = shs_region_addr(e->srv);
     size_t off = answer_buf(e);
     float *out = (float *)(srv + off);
+    /* each row with its check word: whole, as this thread is its only writer */
     for (uint32_t i = 0; i < h->count; i++) {
         if (loc[i] < e->shard_rows)
-            memcpy(out + (size_t)i * e->dim, e->data + loc[i] * e->dim, e->row_bytes);
+            memcpy(out + (size_t)i * e->stride, emb_shard_row(e, loc[i]), e->stride_bytes);
         else
-            memset(out + (size_t)i * e->dim, 0, e->row_bytes);
+            memset(out + (size_t)i * e->stride, 0, e->stride_bytes);
     }
     size_t idx = (size_t)r * (size_t)e->nworkers + (size_t)wk;
     size_t stamp_off = e->s_answer_stamp_off + idx * sizeof(uint64_t);
@@ -63,8 +65,8 @@ static void answer(shs_emb_t *e, int r, int wk, uint64_t seq, const emb_hdr_t *h
     /* rows, then the stamp, on the one queue pair an endpoint has per peer:
      * placed in that order */
     shs_status_t st = shs_write(e->apply_ep, r, e->srv, off, e->wbuf,
-                                wbase + e->w_rows_off + h->answer_off * sizeof(float),
-                                (size_t)h->count * e->row_bytes, 0);
+                                wbase + e->w_rows_off + h->answer_row * e->stride_bytes,
+                                (size_t)h->count * e->stride_bytes, 0);
     if (st == SHS_OK)
         st = shs_write(e->apply_ep, r, e->srv, stamp_off, e->wbuf,
                        wbase + e->w_answer_off + (size_t)e->me * sizeof(uint64_t),
@@ -100,7 +102,8 @@ static bool take(shs_emb_t *e, int r, int wk)
     uint32_t kind = h->kind, cnt = h->count;
     if (stamp != emb_head_stamp(seq, kind, cnt))
         return false; /* not here yet, or its fields not visible yet */
-    if (cnt > e->max_batch || (kind != EMB_MSG_UPDATE && kind != EMB_MSG_LOOKUP)) {
+    if (cnt > e->max_batch || (kind != EMB_MSG_UPDATE && kind != EMB_MSG_LOOKUP) ||
+        (kind == EMB_MSG_LOOKUP && h->answer_row > e->max_batch - cnt)) {
         SHS_ERROR("embedding: malformed message %llu from rank %d worker %d (kind %u, %u rows)",
                   (unsigned long long)seq, r, wk, kind, cnt);
         cnt = 0; /* consumed and acknowledged, so the sender does not hang */

@@ -164,6 +164,9 @@ static void plan_sizes(shs_emb_t *e)
 {
     size_t S = e->layout.shards;
     e->row_bytes = (size_t)e->dim * sizeof(float);
+    e->check_off = (e->row_bytes + 7u) & ~(size_t)7u;
+    e->stride_bytes = e->check_off + sizeof(uint64_t);
+    e->stride = e->stride_bytes / sizeof(float);
     e->slot_bytes = (emb_msg_bytes(e, EMB_MSG_UPDATE, e->max_batch) + 63u) & ~(size_t)63u;
     if (e->want_slots > 0) {
         e->slots = (uint32_t)e->want_slots;
@@ -175,7 +178,7 @@ static void plan_sizes(shs_emb_t *e)
     }
     e->nslots = (size_t)e->size * (size_t)e->nworkers * e->slots;
     e->w_rows_off = 0;
-    e->w_send_off = (size_t)e->max_batch * e->row_bytes;
+    e->w_send_off = (size_t)e->max_batch * e->stride_bytes;
     e->w_ack_off = e->w_send_off + S * e->slots * e->slot_bytes;
     e->w_answer_off = e->w_ack_off + S * sizeof(uint64_t);
     e->w_bytes = (e->w_answer_off + S * sizeof(uint64_t) + 63u) & ~(size_t)63u;
@@ -189,10 +192,10 @@ static shs_status_t alloc_regions(shs_emb_t *e)
 {
     bool h = e->me >= 0;
     const unsigned lw = SHS_ACCESS_LOCAL_WRITE;
-    size_t srv = e->s_answer_buf_off + EMB_ANSWER_BUFS * (size_t)e->max_batch * e->row_bytes;
+    size_t srv = e->s_answer_buf_off + EMB_ANSWER_BUFS * (size_t)e->max_batch * e->stride_bytes;
     shs_status_t st;
 
-    if ((st = shs__region_alloc_uneven(e->ctx, e->shard_rows * e->row_bytes,
+    if ((st = shs__region_alloc_uneven(e->ctx, e->shard_rows * e->stride_bytes,
                                        lw | SHS_ACCESS_REMOTE_READ, &e->shard)) != SHS_OK)
         return st;
     if ((st = shs__region_alloc_uneven(e->ctx, h ? e->nslots * e->slot_bytes : 0,
@@ -204,9 +207,12 @@ static shs_status_t alloc_regions(shs_emb_t *e)
     if ((st = shs__region_alloc_uneven(e->ctx, h ? srv : 0, lw, &e->srv)) != SHS_OK)
         return st;
     e->data = e->shard_rows > 0 ? shs_region_addr(e->shard) : NULL;
-    for (uint64_t k = 0; k < e->shard_rows; k++)
-        shs__emb_init_row(e->seed, shs__emb_global_row(&e->layout, (uint32_t)e->me, k),
-                          e->init_scale, e->data + k * e->dim, e->dim);
+    for (uint64_t k = 0; k < e->shard_rows; k++) {
+        float *row = emb_shard_row(e, k);
+        shs_emb_init_row(e->seed, shs__emb_global_row(&e->layout, (uint32_t)e->me, k),
+                         e->init_scale, row, e->dim);
+        emb_row_seal(e, row, k);
+    }
     return SHS_OK;
 }
 
@@ -240,13 +246,14 @@ static shs_status_t alloc_local(shs_emb_t *e)
         if (st != SHS_OK)
             return st;
         w->grads = malloc((size_t)e->max_batch * e->row_bytes);
+        w->torn = malloc((size_t)e->max_batch * sizeof(uint32_t));
         w->sent = calloc(S, sizeof(uint64_t));
         w->answer_want = calloc(S, sizeof(uint64_t));
         w->via = calloc(S, 1);
         w->gone = calloc(S, sizeof(bool));
         w->holder_gen = calloc(S, sizeof(unsigned));
         w->lost = calloc(S, sizeof(bool));
-        if (w->grads == NULL || w->sent == NULL || w->answer_want == NULL || w->via == NULL ||
+        if (w->grads == NULL || w->torn == NULL || w->sent == NULL || w->answer_want == NULL || w->via == NULL ||
             w->gone == NULL || w->holder_gen == NULL || w->lost == NULL)
             return SHS_ERR_NO_MEMORY;
     }
@@ -279,7 +286,11 @@ static shs_status_t load_stage(shs_emb_t *e, const char *dir, float **rows_p, fl
 /* The staged rows (and Adagrad state) become the shard's. */
 static void load_commit(shs_emb_t *e, const float *rows, const float *state)
 {
-    memcpy(e->data, rows, (size_t)e->shard_rows * e->row_bytes);
+    for (uint64_t k = 0; k < e->shard_rows; k++) {
+        float *row = emb_shard_row(e, k);
+        memcpy(row, rows + k * e->dim, e->row_bytes);
+        emb_row_seal(e, row, k);
+    }
     if (state != NULL)
         memcpy(e->state, state, (size_t)e->shard_rows * sizeof(float));
 }
@@ -328,6 +339,7 @@ static void free_table(shs_emb_t *e)
         free(w->holder_gen);
         free(w->lost);
         free(w->grads);
+        free(w->torn);
         free(w->sent);
         free(w->answer_want);
         free(w->via);
@@ -367,6 +379,7 @@ shs_status_t shs_emb_create(shs_ctx_t *ctx, const shs_emb_params_t *params, shs_
     e->owner_reads = e->owner_reads_auto ? 3u : (uint32_t)cfg->emb_owner_reads;
     e->apply_nap_ns = (long)cfg->emb_apply_nap_us * 1000L;
     e->want_slots = cfg->emb_slots; /* -1: auto */
+    e->read_tries = (unsigned)cfg->emb_read_tries;
     atomic_init(&e->apply_stop, false);
     /* a rank that rejoined, making the job's tables again: the job's ranks
      * are not in this call, so nothing below is collective (docs/failures.md) */
@@ -451,6 +464,8 @@ shs_status_t shs_emb_stats(const shs_emb_t *e, shs_emb_stats_t *s)
         s->slot_waits += rd(&c->slot_waits);
         s->slot_wait_ms += (double)rd(&c->slot_wait_ns) * 1e-6;
         s->peer_failures += rd(&c->peer_failures);
+        s->torn_retries += rd(&c->torn_retries);
+        s->torn_fallbacks += rd(&c->torn_fallbacks);
     }
     s->applied_batches = rd(&e->applied_batches);
     s->applied_rows = rd(&e->applied_rows);
@@ -461,7 +476,7 @@ shs_status_t shs_emb_stats(const shs_emb_t *e, shs_emb_stats_t *s)
     s->shard_rows = e->shard_rows;
     s->slots = e->slots;
     s->owner_reads = e->owner_reads;
-    s->shard_bytes = e->shard_rows * e->row_bytes;
+    s->shard_bytes = e->shard_rows * e->stride_bytes;
     s->state_bytes = e->state != NULL ? e->shard_rows * sizeof(float) : 0;
     s->registered_bytes = shs_region_len(e->shard) + shs_region_len(e->inbox) +
                           shs_region_len(e->wbuf) + shs_region_len(e->srv);
@@ -520,7 +535,7 @@ shs_status_t shs_emb_save(shs_emb_t *e, const char *dir)
     if (st == SHS_OK && bad >= 0)
         st = SHS_ERR_PEER_FAILED;
     if (st == SHS_OK && e->me >= 0)
-        st = shs__emb_shard_save(dir, &e->layout, (uint32_t)e->me, e->dim, e->dim, e->data,
+        st = shs__emb_shard_save(dir, &e->layout, (uint32_t)e->me, e->dim, e->stride, e->data,
                                   e->state);
     shs_status_t bs = shs_ctx_barrier(e->ctx);
     return st != SHS_OK ? st : bs;

@@ -5,7 +5,8 @@
  * per holder rank (every rank, or the ranks the program names: embedding
  * servers). Rows map to shards row-wise modulo (row r on holder r % S) or
  * in contiguous ranges. Each row starts from values drawn from (seed, row)
- * alone, so the table is the same whatever the number of shards.
+ * alone (shs_emb_init_row, below, says exactly how), so the table is the
+ * same whatever the number of shards.
  *
  * Workers. A table is used through workers: shs_emb_create makes
  * `workers` of them, each with its own endpoint (context.h), to hand one to
@@ -278,6 +279,10 @@ typedef struct shs_emb_stats {
     uint32_t slots;            /* updates in flight per worker and holder (resolved) */
     uint32_t owner_reads;      /* path auto: a holder packs its rows past this many READs
                                   (SHS_EMB_OWNER_READS, or measured at create) */
+    /* row checks (see Consistency above); this rank's workers */
+    uint64_t torn_retries;     /* row copies that failed their check and were made again */
+    uint64_t torn_fallbacks;   /* remote rows still torn after SHS_EMB_READ_TRIES reads,
+                                  taken by the owner path */
 } shs_emb_stats_t;
 
 /* shs_emb_stats - a snapshot of this rank's counters; thread-safe (relaxed
@@ -314,6 +319,25 @@ SHS_API shs_status_t shs_emb_save(shs_emb_t *emb, const char *dir);
  * logged with its status).
  */
 SHS_API shs_status_t shs_emb_load(shs_emb_t *emb, const char *dir);
+
+/*
+ * shs_emb_init_row - the initial values of row `row` of a table made with
+ * (seed, init_scale = scale): what a fresh table holds, computed anywhere
+ * (dim floats into out). Exactly, with mix64 splitmix64's finalizer
+ * (z ^= z >> 30; z *= 0xbf58476d1ce4e5b9; z ^= z >> 27;
+ * z *= 0x94d049bb133111eb; z ^= z >> 31) and G = 0x9e3779b97f4a7c15, all
+ * arithmetic modulo 2^64:
+ *     key = mix64(seed ^ mix64(row + G))
+ *     z_j = mix64(key + j * G)                     (column j)
+ *     x_j = (float)((int32_t)(z_j >> 40) - 2^23) * 2^-23   (exact: [-1, 1))
+ *     out[j] = x_j * scale                          (float32 product)
+ * so every value lies in [-scale, scale) (for a subnormal scale, a value
+ * that would round up to scale is the float just below it; scale 0 gives
+ * zeros). Independent of the number of holders and the mapping.
+ * Thread-safe; no status (out NULL does nothing).
+ */
+SHS_API void shs_emb_init_row(uint64_t seed, uint64_t row, float scale, float *out,
+                              uint32_t dim);
 
 #ifdef __cplusplus
 }

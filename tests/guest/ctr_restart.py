@@ -37,10 +37,14 @@ def main():
         else:
             restarts = int(extra[1])
         extra = extra[2:]
+    # Sized so that the last rejoiner, killed at half its share and back
+    # after up to ~35 s on a loaded host, ends well inside the launcher's
+    # 240 s: 2.5M examples for 3 restarts once ran past it.
+    examples = 900000 if restarts == 1 else 300000 * (restarts + 1)
     out_dir = tempfile.mkdtemp(prefix="shs-restart-")
     cmd = [launch, "-n", str(N), "--need-rdma", "--timeout", "240", "--restart", victim, "--",
            ctr, "--mode", "s-ma", "--workers", "1", "--params", "20000",
-           "--examples", str(100000 + 800000 * restarts), "--eval", "4000",
+           "--examples", str(examples), "--eval", "4000",
            "--checkpoints", "2", "--restart-rank", victim, "--restart-after", "10%",
            "--restarts", str(restarts), "--restart-every", "20%", "--out", out_dir,
            "--label", "restart"] + extra

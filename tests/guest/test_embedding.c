@@ -85,7 +85,7 @@ static void expect_scaled(const uint64_t *ids, size_t n, const float *out, float
 {
     float want[DIM];
     for (size_t k = 0; k < n; k++) {
-        shs__emb_init_row(SEED, ids[k], scale, want, DIM);
+        shs_emb_init_row(SEED, ids[k], scale, want, DIM);
         for (int j = 0; j < DIM; j++) {
             float w = want[j] + (delta != NULL ? delta[ids[k] * DIM + (size_t)j] : 0.0f);
             if (out[k * DIM + (size_t)j] != w)
@@ -152,7 +152,7 @@ static void check_table(shs_ctx_t *ctx, shs_emb_params_t p, const char *what)
             for (int j = 0; j < DIM; j++) {
                 float s = 0.0f;
                 for (uint32_t k = offsets[b]; k < offsets[b + 1]; k++) {
-                    shs__emb_init_row(SEED, ids[k], 0.5f, row, DIM);
+                    shs_emb_init_row(SEED, ids[k], 0.5f, row, DIM);
                     s += row[j];
                 }
                 uint32_t cnt = offsets[b + 1] - offsets[b];

@@ -111,6 +111,7 @@ static const char *const every_knob[] = {
     "SHS_EMB_OWNER_READS", "9",
     "SHS_EMB_APPLY_NAP_US", "15",
     "SHS_EMB_SLOTS", "12",
+    "SHS_EMB_READ_TRIES", "7",
     "SHS_POLL_SPIN", "123456",
     NULL,
 };
@@ -162,6 +163,7 @@ START_TEST(test_every_knob_parses)
     ck_assert_int_eq(c.emb_owner_reads, 9);
     ck_assert_int_eq(c.emb_apply_nap_us, 15);
     ck_assert_int_eq(c.emb_slots, 12);
+    ck_assert_int_eq(c.emb_read_tries, 7);
     ck_assert_int_eq(c.poll_spin, 123456);
 }
 END_TEST

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include <shadowsync/embedding.h>
+
 #include "algorithms/embedding/plan.h"
 #include "algorithms/embedding/store.h"
 #include "unit.h"
@@ -83,7 +85,7 @@ START_TEST(reshard)
                     float old[5][ROWS][DIM], want[DIM];
                     for (uint32_t s = 0; s < so; s++)
                         for (uint64_t k = 0; k < shs__emb_shard_rows(&lo, s); k++)
-                            shs__emb_init_row(42, shs__emb_global_row(&lo, s, k), 0.5f, old[s][k],
+                            shs_emb_init_row(42, shs__emb_global_row(&lo, s, k), 0.5f, old[s][k],
                                               DIM);
                     for (uint32_t s = 0; s < sn; s++) {
                         for (uint64_t k = 0; k < shs__emb_shard_rows(&ln, s); k++) {
@@ -91,7 +93,7 @@ START_TEST(reshard)
                             uint32_t os;
                             uint64_t ok;
                             shs__emb_locate(&lo, g, &os, &ok);
-                            shs__emb_init_row(42, g, 0.5f, want, DIM);
+                            shs_emb_init_row(42, g, 0.5f, want, DIM);
                             EXPECT(memcmp(old[os][ok], want, sizeof(want)) == 0,
                                    "row %llu wrong after %u -> %u shards",
                                    (unsigned long long)g, so, sn);
@@ -109,15 +111,15 @@ START_TEST(init_by_row)
     enum { DIM = 16, ROWS = 2000 };
     float a[DIM], b[DIM];
     double sum = 0;
-    shs__emb_init_row(7, 12345, 0.25f, a, DIM);
-    shs__emb_init_row(7, 12345, 0.25f, b, DIM);
+    shs_emb_init_row(7, 12345, 0.25f, a, DIM);
+    shs_emb_init_row(7, 12345, 0.25f, b, DIM);
     ck_assert(memcmp(a, b, sizeof(a)) == 0);
-    shs__emb_init_row(8, 12345, 0.25f, b, DIM);
+    shs_emb_init_row(8, 12345, 0.25f, b, DIM);
     ck_assert(memcmp(a, b, sizeof(a)) != 0); /* the seed matters */
-    shs__emb_init_row(7, 12346, 0.25f, b, DIM);
+    shs_emb_init_row(7, 12346, 0.25f, b, DIM);
     ck_assert(memcmp(a, b, sizeof(a)) != 0); /* so does the row */
     for (uint64_t r = 0; r < ROWS; r++) {
-        shs__emb_init_row(7, r, 0.25f, a, DIM);
+        shs_emb_init_row(7, r, 0.25f, a, DIM);
         for (int j = 0; j < DIM; j++) {
             EXPECT(a[j] >= -0.25f && a[j] < 0.25f, "row %llu col %d: %g", (unsigned long long)r,
                    j, a[j]);
@@ -205,7 +207,7 @@ START_TEST(plan_dedupe_pack)
             for (uint32_t u = 0; u < p.nuniq; u++) /* "fetched" rows: the row id */
                 for (int j = 0; j < DIM; j++)
                     packed[u * DIM + j] = (float)p.row[u] + 0.25f * (float)j;
-            shs__emb_plan_scatter(&p, packed, DIM, n, out);
+            shs__emb_plan_scatter(&p, packed, DIM, DIM, n, out);
             for (uint32_t k = 0; k < n; k++)
                 EXPECT(out[k * DIM + 3] == (float)ids[k] + 0.75f, "scatter of id %u", k);
             for (uint32_t k = 0; k < n * DIM; k++)
@@ -276,12 +278,12 @@ START_TEST(plan_runs_and_pooling)
         for (int j = 0; j < DIM; j++)
             packed[u * DIM + j] = (float)p.row[u] * (j ? -1.0f : 1.0f);
     const uint32_t offsets[] = {0, 3, 3, 9}; /* bags {12,10,61} {} {11,14,13,17,60,12} */
-    shs__emb_plan_pool(&p, packed, DIM, offsets, 3, 0, out);
+    shs__emb_plan_pool(&p, packed, DIM, DIM, offsets, 3, 0, out);
     ck_assert_float_eq(out[0], 83.0f);
     ck_assert_float_eq(out[1], -83.0f);
     ck_assert_float_eq(out[2], 0.0f);
     ck_assert_float_eq(out[4], 127.0f);
-    shs__emb_plan_pool(&p, packed, DIM, offsets, 3, 1, out);
+    shs__emb_plan_pool(&p, packed, DIM, DIM, offsets, 3, 1, out);
     ck_assert_float_eq_tol(out[0], 83.0f / 3.0f, 1e-5f);
     ck_assert_float_eq(out[2], 0.0f);
     ck_assert_float_eq_tol(out[5], -127.0f / 6.0f, 1e-5f);
@@ -297,7 +299,7 @@ static void fill_shard(const shs__emb_layout_t *l, uint32_t s, float *rows, floa
 {
     for (uint64_t k = 0; k < shs__emb_shard_rows(l, s); k++) {
         uint64_t g = shs__emb_global_row(l, s, k);
-        shs__emb_init_row(5, g, 1.0f, rows + k * SV_DIM, SV_DIM);
+        shs_emb_init_row(5, g, 1.0f, rows + k * SV_DIM, SV_DIM);
         if (state != NULL)
             state[k] = (float)g * 0.5f;
     }
