@@ -89,8 +89,14 @@ static shs_status_t check_params(shs_shadow_t *sh, size_t chunk_bytes)
                   "pull path; this engine is %s on the %s path",
                   c->algo == SHS_SHADOW_EASGD ? "EASGD" : c->algo == SHS_SHADOW_BMUF ? "BMUF"
                                                                                   : "MA",
-                  c->path == SHS_SHADOW_PATH_RING ? "ring"
-                  : c->path == SHS_SHADOW_PATH_LIVE ? "live" : "pull");
+                  c->path == SHS_SHADOW_PATH_RING ? "ring" : "pull");
+        return SHS_ERR_UNSUPPORTED;
+    }
+    if (c->path == SHS_SHADOW_PATH_LIVE) {
+        SHS_ERROR("shadow: the live path is refused: an RDMA READ of a model that Hogwild "
+                  "workers are writing can return floats torn within their bytes, and "
+                  "nothing in the model can tell; use the pull path (snapshots under a "
+                  "sequence lock) or the ring");
         return SHS_ERR_UNSUPPORTED;
     }
     if (c->algo == SHS_SHADOW_EASGD && c->path != SHS_SHADOW_PATH_PULL) {
@@ -128,7 +134,6 @@ static const shs__path_ops_t *choose_path(const shs__shadow_cfg_t *c)
     static const shs__path_ops_t *const by_path[] = {
         [SHS_SHADOW_PATH_PULL] = &shs__path_pull,
         [SHS_SHADOW_PATH_RING] = &shs__path_ring,
-        [SHS_SHADOW_PATH_LIVE] = &shs__path_live,
     };
     return by_path[c->path];
 }
@@ -258,8 +263,8 @@ static shs_status_t check_model(shs_ctx_t *ctx, shs_region_t *model, size_t offs
     return shs__ctx_refused(ctx, "shs_shadow_create") ? SHS_ERR_BAD_STATE : SHS_OK;
 }
 
-/* A rank that rejoined a running job joins its engine on the pull, live
- * or ring path (MA, BMUF; on the ring path the living ranks have fallen
+/* A rank that rejoined a running job joins its engine on the pull or ring
+ * path (MA, BMUF; on the ring path the living ranks have fallen
  * back to pulling, and so does it): EASGD's center and inboxes are set up
  * among ranks that create their engines together. */
 static shs_status_t check_rejoin(const shs_shadow_t *sh)

@@ -10,7 +10,7 @@
  *                 engine's one wait skeleton, the failure glue
  *   admit.c       stragglers: the agreed verdicts, the slot guard, catch-up
  *   rejoin.c      a rank that rejoined: its view, model and first round
- *   path_pull.c   the pull and live data paths (RDMA READ of the snapshots)
+ *   path_pull.c   the pull data path (RDMA READ of the snapshots)
  *   path_ring.c   the ring data path (check-in, ring allreduce)
  *   path_easgd.c  EASGD: the center slices and the inboxes
  *   stats.c       statistics
@@ -108,7 +108,7 @@ typedef struct shs__path_ops {
     void (*teardown)(shs_shadow_t *sh);
 } shs__path_ops_t;
 
-extern const shs__path_ops_t shs__path_pull, shs__path_live, shs__path_ring, shs__path_easgd;
+extern const shs__path_ops_t shs__path_pull, shs__path_ring, shs__path_easgd;
 
 /* Parameters as resolved at create (engine.c, the one place knobs are read). */
 typedef struct shs__shadow_cfg {

@@ -1,7 +1,7 @@
 /*
- * The pull data paths: each member reads the others' round-r snapshots
- * (pull) or live models (live) with RDMA READ, piece by piece, and takes
- * their mean (shs__ma_mean); BMUF turns the mean into its block update.
+ * The pull data path: each member reads the others' round-r snapshots with
+ * RDMA READ, piece by piece, and takes their mean (shs__ma_mean); BMUF
+ * turns the mean into its block update.
  */
 #include <math.h>
 #include <string.h>
@@ -107,7 +107,7 @@ static shs_status_t pull_piece(shs_shadow_t *sh, const shs_group_t *grp, shs_reg
 /*
  * acc = mean of the snapshots of the group's members whose state is PEER_OK,
  * piece by piece. `src_reg`/`src_off` name what is read on the peers (the
- * round's slot, or the live model); `own` is this rank's snapshot. A peer
+ * round's slot); `own` is this rank's snapshot. A peer
  * whose read fails is marked PEER_SKIP and the caller starts over without
  * it (earlier pieces already include it).
  */
@@ -199,35 +199,8 @@ shs_status_t shs__round_pull(shs_shadow_t *sh, uint64_t r, const shs_group_t *gr
     return err;
 }
 
-static shs_status_t round_live(shs_shadow_t *sh, uint64_t r, const shs_group_t *grp)
-{
-    shs_status_t err = SHS_OK, st;
-    (void)r;
-    memcpy(sh->slot[0], sh->w, sh->n * sizeof(float));
-    if (grp->size == 1)
-        return SHS_OK;
-    for (int k = 0; k < grp->size; k++) {
-        int p = grp->ranks[k];
-        bool ok = p == sh->rank || (!shs__view_is_dead(&sh->view, p) &&
-                                    shs_ctx_peer_status(sh->io, p, NULL) == SHS_OK);
-        sh->state[p] = ok ? SHS__PEER_OK : SHS__PEER_SKIP;
-    }
-    /* a failed peer is dropped (PEER_SKIP) and the mean computed again */
-    while ((st = pull_mean(sh, grp, sh->model, sh->model_off, sh->slot[0])) != SHS_OK)
-        err = shs__first_error(err, st);
-    shs__shadow_note_read(sh, grp);
-    shs__apply_result(sh, sh->slot[0]);
-    return err;
-}
-
 const shs__path_ops_t shs__path_pull = {
     .name = "pull",
     .round = shs__round_pull,
-    .finish = shs__finish_mean,
-};
-
-const shs__path_ops_t shs__path_live = {
-    .name = "live",
-    .round = round_live,
     .finish = shs__finish_mean,
 };

@@ -27,7 +27,7 @@ void ctr_usage(FILE *f)
             "  --lr-end F        the rate decays linearly to F * X over the pass (default 0.1)\n"
             "  --fr-every K      FR modes: examples per worker between syncs (default 2000)\n"
             "  --interval-us U   S modes: least time between two rounds (default 0)\n"
-            "  --path pull|live|ring  S/FR data path (default pull)\n"
+            "  --path pull|ring       S/FR data path (default pull; live is refused)\n"
             "  --pin CPUS        shadow thread CPUs: auto|none|list (default none)\n"
             "  --checkpoints C   model copies evaluated for the curve (default 6)\n"
             "  --out DIR --label NAME   write DIR/NAME.rank<r>.json\n"

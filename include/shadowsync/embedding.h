@@ -43,13 +43,25 @@
  * thread (on Soft-RoCE, dim 64 and batches of 64 ids over 4 ranks: 4 slots
  * left the workers waiting 57 % of the time, 16 slots 2 %).
  *
- * Consistency. A lookup returns each row as its holder's memory had it at
- * some moment during the call: updates still in flight (sent, not applied)
- * are not in it, and a row being applied while it is read may mix old and
- * new values (Hogwild). Behind by at most the updates in flight: per worker
- * and holder `slots` batches. shs_emb_flush(worker) returns once
- * every update this worker sent has been applied; after every worker's
- * flush and a barrier, lookups see every update.
+ * Consistency. A lookup returns each row whole, as its holder's memory had
+ * it between two of the holder's updates at some moment during the call:
+ * never a row mixing old and new values, never a float torn within its
+ * bytes, on every path (READ, owner, auto, and rows of this rank's own
+ * shard). Updates still in flight (sent, not applied) are not in it:
+ * behind by at most the updates in flight, per worker and holder `slots`
+ * batches (Hogwild: stale, never invented). shs_emb_flush(worker) returns
+ * once every update this worker sent has been applied; after every
+ * worker's flush and a barrier, lookups see every update.
+ *
+ * Row checks. Every row carries a 64-bit check word (XXH3 of its bytes)
+ * that the holder's apply thread writes after each update of the row. A
+ * copy of a row (a READ, or this rank's own shard) whose word does not
+ * match is made again (torn_retries in the stats); a remote row still
+ * torn after SHS_EMB_READ_TRIES reads (default 4) is asked of its holder,
+ * whose apply thread copies it whole (torn_fallbacks); an own-shard row
+ * is copied again until it is whole, at most the op timeout
+ * (SHS_ERR_TIMEOUT). The words cost 8 bytes a row (rows are padded to 8
+ * bytes) in the shard and on the wire.
  *
  * Failures. A holder that dies makes lookups and updates of its rows fail
  * with SHS_ERR_PEER_FAILED (within the op timeout, never a hang); the rest

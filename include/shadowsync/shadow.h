@@ -28,10 +28,10 @@
  *                         members of a group run the round in lockstep; sums
  *                         are conserved. A rank stopped on this path cannot be
  *                         started again.
- *   SHS_SHADOW_PATH_LIVE  RDMA READ of the peers' live models: never waits for
- *                         a peer's round, but biased (sums are not conserved).
- *                         The model region must grant SHS_ACCESS_REMOTE_READ,
- *                         else every round fails with SHS_ERR_INVALID_ARG.
+ *   SHS_SHADOW_PATH_LIVE  refused: shs_shadow_create returns
+ *                         SHS_ERR_UNSUPPORTED. A READ of a model that workers
+ *                         write can return floats torn within their bytes,
+ *                         and a Hogwild model has nothing to verify them by.
  *
  * Algorithms (N: ranks of the job):
  *   SHS_SHADOW_MA     result = mean of the group's round-r snapshots.
@@ -194,7 +194,7 @@ typedef enum shs_shadow_algorithm {
 typedef enum shs_shadow_path {
     SHS_SHADOW_PATH_PULL = 0, /* RDMA READ of the peers' published round-r snapshots */
     SHS_SHADOW_PATH_RING = 1, /* ring allreduce of the snapshot inside the group */
-    SHS_SHADOW_PATH_LIVE = 2  /* RDMA READ of the peers' live models (biased, see above) */
+    SHS_SHADOW_PATH_LIVE = 2  /* refused at create (SHS_ERR_UNSUPPORTED, see above) */
 } shs_shadow_path_t;
 
 /* Bits of shs_shadow_params_t.field_mask: a field is used only when its bit

@@ -88,7 +88,7 @@ class ShadowSync:
     shadowsync.torch.RegisteredModule, or a torch.nn.Module, which is then
     registered (shadowsync.torch.register_module: collective). algorithm
     'ma', 'bmuf' or 'easgd'; schedule None or shadowsync.schedule(...);
-    path 'pull', 'ring' or 'live'; min_interval: the least seconds from one
+    path 'pull' or 'ring' ('live' is refused); min_interval: the least seconds from one
     round's start to the next. Other keywords go to shadowsync.Shadow.
     Creating it is collective; so are finish() and close(). The thread is
     the library's: it never holds the GIL, and start/stop/sync release it.

@@ -580,7 +580,7 @@ PyTypeObject shspy_shadow_type = {
               "\n\nThe shadow engine on count float32 values at byte offset of region "
               "(default: the rest of it). algorithm 'ma', 'bmuf' or 'easgd'; schedule None "
               "(every rank) or (kind, group_size[, seed]) with kind 'all', 'hypercube', "
-              "'general' or 'random' (DS-Sync groups); path 'pull', 'ring' or 'live'; "
+              "'general' or 'random' (DS-Sync groups); path 'pull' or 'ring' ('live' is refused); "
               "min_interval in seconds. Collective to create. A context manager: start() on "
               "entry, stop() on exit. Use shadowsync.ShadowSync for modules and tensors.",
     .tp_new = PyType_GenericNew,

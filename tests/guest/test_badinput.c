@@ -212,6 +212,10 @@ static void case_shadow(void)
     if (sh != NULL)
         fail("engine handle written on failure");
     p.pin_cpus = "none";
+    p.field_mask |= SHS_SHADOW_PARAM_PATH; /* a READ of a model being written can tear */
+    p.path = SHS_SHADOW_PATH_LIVE;
+    CHECK_EQ(shs_shadow_create(ctx, model, 0, 1024, &p, &sh), SHS_ERR_UNSUPPORTED);
+    p.path = SHS_SHADOW_PATH_PULL;
     CHECK_EQ(shs_shadow_create(ctx, model, 0, 1024, &p, &sh), SHS_OK);
 
     /* the model is held by the engine even while it is stopped */

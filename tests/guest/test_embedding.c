@@ -28,6 +28,12 @@
  *            again, every rank's updates after that land exactly once in
  *            every shard (its rows as saved, plus what came after), and a
  *            save and a load after the rejoin keep them
+ *   torn     on every rank one worker updates a small hot table flat out
+ *            (every element of a row counts the updates it got, so a row is
+ *            whole exactly when its elements are equal and integral) while
+ *            another looks rows up by the READ path, then by auto: over
+ *            10^6 rows read in all, none may come back torn; the checks'
+ *            retries are printed
  *
  * Exit status: 0 pass, 1 fail, 77 no RDMA device.
  */
@@ -36,6 +42,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -705,12 +712,128 @@ static void case_rejoin(shs_ctx_t *ctx)
     shs_emb_destroy(emb);
 }
 
+/* ------------------------------------------------------------------ torn */
+
+#define TORN_ROWS 4096
+#define TORN_DIM 16
+#define TORN_N 2048    /* ids per lookup and per update: an update touches 40 % of the rows */
+#define TORN_READS 130000 /* distinct rows each rank fetches per path: 4 x 2 x this > 10^6 */
+
+typedef struct torn_job {
+    shs_emb_worker_t *w;
+    atomic_bool *stop;
+    uint64_t calls;
+    shs_status_t st;
+} torn_job_t;
+
+/* Grads of -1 with lr 1: each update adds 1 to every element of its rows. */
+static void *torn_updater(void *arg)
+{
+    torn_job_t *j = arg;
+    static uint64_t ids[TORN_N];
+    static float g[TORN_N * TORN_DIM];
+    uint64_t seed = 5 + (uint64_t)g_rank;
+    for (size_t i = 0; i < TORN_N * TORN_DIM; i++)
+        g[i] = -1.0f;
+    while (!atomic_load(j->stop) && j->st == SHS_OK) {
+        for (int i = 0; i < TORN_N; i++)
+            ids[i] = rng_next(&seed) % TORN_ROWS;
+        j->st = shs_emb_update(j->w, ids, TORN_N, g);
+        j->calls++;
+    }
+    if (j->st == SHS_OK)
+        j->st = shs_emb_flush(j->w, SHS_TIMEOUT_DEFAULT);
+    return NULL;
+}
+
+/* Every returned row: its elements equal and a whole, non-negative count. */
+static void torn_check(const uint64_t *ids, const float *out, const char *what)
+{
+    for (int k = 0; k < TORN_N; k++) {
+        const float *row = out + (size_t)k * TORN_DIM;
+        bool whole = row[0] >= 0.0f && row[0] < 16777216.0f && row[0] == floorf(row[0]);
+        for (int j = 1; j < TORN_DIM && whole; j++)
+            whole = row[j] == row[0];
+        if (!whole) {
+            int j = 1;
+            while (j < TORN_DIM - 1 && row[j] == row[0])
+                j++;
+            fail("%s: row %llu came back torn: col 0 is %.9g, col %d is %.9g", what,
+                 (unsigned long long)ids[k], (double)row[0], j, (double)row[j]);
+        }
+    }
+}
+
+static void torn_phase(shs_ctx_t *ctx, shs_emb_path_t path, const char *what)
+{
+    static uint64_t ids[TORN_N];
+    static float out[TORN_N * TORN_DIM];
+    shs_emb_params_t p;
+    memset(&p, 0, sizeof(p));
+    p.field_mask = SHS_EMB_PARAM_MAP | SHS_EMB_PARAM_PATH | SHS_EMB_PARAM_WORKERS |
+                   SHS_EMB_PARAM_INIT | SHS_EMB_PARAM_MAX_BATCH | SHS_EMB_PARAM_LR;
+    p.rows = TORN_ROWS;
+    p.dim = TORN_DIM;
+    p.map = SHS_EMB_MAP_MODULO;
+    p.path = path;
+    p.workers = 2;
+    p.init_scale = 0.0f;
+    p.lr = 1.0f;
+    p.max_batch = TORN_N;
+    shs_emb_t *emb;
+    CHECK_OK(shs_emb_create(ctx, &p, &emb));
+    atomic_bool stop = false;
+    torn_job_t up = {.w = shs_emb_worker(emb, 1), .stop = &stop, .st = SHS_OK};
+    pthread_t th;
+    if (pthread_create(&th, NULL, torn_updater, &up) != 0)
+        fail("pthread_create");
+    shs_emb_worker_t *w = shs_emb_worker(emb, 0);
+    uint64_t seed = 11 + (uint64_t)g_rank, read = 0, calls = 0;
+    shs_emb_stats_t s;
+    double t0 = now_s();
+    while (read < TORN_READS) {
+        /* a window of adjacent ids: one long READ per holder, racing many
+         * of the apply thread's row updates */
+        uint64_t at = rng_next(&seed) % TORN_ROWS;
+        for (int i = 0; i < TORN_N; i++)
+            ids[i] = (at + (uint64_t)i) % TORN_ROWS;
+        shs_status_t st = shs_emb_lookup(w, ids, TORN_N, out, TORN_N * TORN_DIM);
+        if (st != SHS_OK)
+            fail("%s: lookup: %s", what, shs_status_string(st));
+        torn_check(ids, out, what);
+        CHECK_OK(shs_emb_stats(emb, &s));
+        read = s.rows_read + s.rows_local + s.rows_owner; /* distinct rows of each call */
+        calls++;
+    }
+    atomic_store(&stop, true);
+    pthread_join(th, NULL);
+    if (up.st != SHS_OK)
+        fail("%s: updater: %s", what, shs_status_string(up.st));
+    CHECK_OK(shs_emb_stats(emb, &s));
+    printf("rank %d: %s: %llu rows read (%llu lookups) in %.1f s beside %llu updates, none "
+           "torn; "
+           "%llu row checks failed and were read again, %llu rows taken by the owner "
+           "path instead; %llu rows read remote, %llu local, %llu by the owner\n",
+           g_rank, what, (unsigned long long)read, (unsigned long long)calls, now_s() - t0,
+           (unsigned long long)up.calls, (unsigned long long)s.torn_retries,
+           (unsigned long long)s.torn_fallbacks, (unsigned long long)s.rows_read,
+           (unsigned long long)s.rows_local, (unsigned long long)s.rows_owner);
+    CHECK_OK(shs_ctx_barrier(ctx)); /* every rank's updates are in */
+    shs_emb_destroy(emb);
+}
+
+static void case_torn(shs_ctx_t *ctx)
+{
+    torn_phase(ctx, SHS_EMB_PATH_READ, "torn/read");
+    torn_phase(ctx, SHS_EMB_PATH_AUTO, "torn/auto");
+}
+
 /* ------------------------------------------------------------------ main */
 
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: %s rows|update|shadow|kill|bad|save|rejoin\n", argv[0]);
+        fprintf(stderr, "usage: %s rows|update|shadow|kill|bad|save|rejoin|torn\n", argv[0]);
         return RC_FAIL;
     }
     if (!have_rdma_device()) {
@@ -736,6 +859,8 @@ int main(int argc, char **argv)
         case_save(ctx);
     else if (strcmp(argv[1], "rejoin") == 0)
         case_rejoin(ctx);
+    else if (strcmp(argv[1], "torn") == 0)
+        case_torn(ctx);
     else
         fail("unknown case %s", argv[1]);
     CHECK_OK(shs_ctx_barrier(ctx));

@@ -132,6 +132,76 @@ START_TEST(init_by_row)
 }
 END_TEST
 
+/* The generator exactly as embedding.h documents it, written again here. */
+static uint64_t doc_mix64(uint64_t z)
+{
+    z ^= z >> 30;
+    z *= 0xbf58476d1ce4e5b9ull;
+    z ^= z >> 27;
+    z *= 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return z;
+}
+
+static float doc_init_value(uint64_t seed, uint64_t row, uint32_t j, float scale)
+{
+    const uint64_t g = 0x9e3779b97f4a7c15ull;
+    uint64_t key = doc_mix64(seed ^ doc_mix64(row + g));
+    uint64_t z = doc_mix64(key + (uint64_t)j * g);
+    float x = (float)((int32_t)(z >> 40) - (1 << 23)) * 0x1p-23f;
+    float v = x * scale;
+    return v < scale || !(scale > 0.0f) ? v : nextafterf(scale, 0.0f);
+}
+
+/* Every value of every row of a large table (100000 rows x 64, the default
+ * seed 0 and init_scale 0.01; 20000 rows at 0.5) lies in [-scale, scale): the
+ * generator before, a double rounded to float, put seed 0's row 44774 at
+ * +scale. The values are the documented formula's, bit for bit, and
+ * stretch over the range; odd scales (subnormal, huge, 0) keep the range. */
+START_TEST(init_range_large_table)
+{
+    enum { DIM = 64, ROWS = 100000 };
+    static const float scales[] = {0.01f, 0.5f};
+    static const uint64_t nrows[] = {ROWS, ROWS / 5};
+    float a[DIM];
+    for (size_t si = 0; si < sizeof(scales) / sizeof(scales[0]); si++) {
+        float scale = scales[si], lo = scale, hi = -scale;
+        uint64_t bad = 0;
+        for (uint64_t r = 0; r < nrows[si]; r++) {
+            shs_emb_init_row(0, r, scale, a, DIM);
+            for (int j = 0; j < DIM; j++) {
+                if (!(a[j] >= -scale && a[j] < scale) && bad++ == 0)
+                    EXPECT(false, "scale %g row %llu col %d: %.9g outside [-scale, scale)",
+                           (double)scale, (unsigned long long)r, j, (double)a[j]);
+                lo = a[j] < lo ? a[j] : lo;
+                hi = a[j] > hi ? a[j] : hi;
+            }
+            if (r % 997 == 0)
+                for (uint32_t j = 0; j < DIM; j++)
+                    ck_assert_msg(a[j] == doc_init_value(0, r, j, scale),
+                                  "row %llu col %u: %.9g, the documented formula gives %.9g",
+                                  (unsigned long long)r, j, (double)a[j],
+                                  (double)doc_init_value(0, r, j, scale));
+        }
+        ck_assert_msg(bad == 0, "scale %g: %llu of %llu values out of range", (double)scale,
+                      (unsigned long long)bad, (unsigned long long)nrows[si] * DIM);
+        /* over a million draws reach within 1e-4 of both ends */
+        ck_assert_float_lt(lo, -scale * (1.0f - 1e-4f));
+        ck_assert_float_gt(hi, scale * (1.0f - 1e-4f));
+    }
+    static const float odd[] = {1e-40f, 1.4e-45f, 1e-38f, 3.0e38f, 0.0f};
+    for (size_t si = 0; si < sizeof(odd) / sizeof(odd[0]); si++)
+        for (uint64_t r = 0; r < 2000; r++) {
+            shs_emb_init_row(3, r, odd[si], a, DIM);
+            for (int j = 0; j < DIM; j++)
+                ck_assert_msg(odd[si] == 0.0f ? a[j] == 0.0f
+                                              : a[j] >= -odd[si] && a[j] < odd[si],
+                              "scale %g row %llu col %d: %g", (double)odd[si],
+                              (unsigned long long)r, j, (double)a[j]);
+        }
+}
+END_TEST
+
 START_TEST(optimizers_by_hand)
 {
     float w[2] = {1.0f, 2.0f};
@@ -446,5 +516,10 @@ Suite *embedding_suite(void)
     tcase_add_test(tc, load_refuses_bad_saves);
     tcase_add_test(tc, owner_reads_crossover);
     suite_add_tcase(s, tc);
+    /* 7.7 million values: a second of CPU, more under valgrind or load */
+    TCase *big = tcase_create("init");
+    tcase_set_timeout(big, 30);
+    tcase_add_test(big, init_range_large_table);
+    suite_add_tcase(s, big);
     return s;
 }
