@@ -198,7 +198,7 @@ static PyObject *table_stats(shspy_table_t *self, PyObject *unused)
 #define U(x) (unsigned long long)(x)
     return Py_BuildValue(
         "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:K,"
-        "s:K,s:K,s:K}",
+        "s:K,s:K,s:K,s:K,s:K}",
         "lookups", U(s.lookups), "ids", U(s.ids), "dup_ids", U(s.dup_ids), "rows_local",
         U(s.rows_local), "rows_read", U(s.rows_read), "rows_owner", U(s.rows_owner), "reads",
         U(s.reads), "bytes_fetched", U(s.bytes_fetched), "updates", U(s.updates), "update_rows",
@@ -207,7 +207,8 @@ static PyObject *table_stats(shspy_table_t *self, PyObject *unused)
         "applied_rows", U(s.applied_rows), "served_lookups", U(s.served_lookups), "served_rows",
         U(s.served_rows), "apply_lag_max", U(s.apply_lag_max), "apply_busy_ms", s.apply_busy_ms,
         "shard_rows", U(s.shard_rows), "shard_bytes", U(s.shard_bytes), "state_bytes",
-        U(s.state_bytes), "registered_bytes", U(s.registered_bytes));
+        U(s.state_bytes), "registered_bytes", U(s.registered_bytes), "torn_retries",
+        U(s.torn_retries), "torn_fallbacks", U(s.torn_fallbacks));
 #undef U
 }
 

@@ -11,7 +11,9 @@ lines), redis.<round>.<dim>.<batch>.<dist>.json (one line per client
 process), readbw.<round>.<dim>.txt (ib_read_bw), and for the update phase
 ours.update.json and ours.mixed.json. Every figure is the median over
 rounds; ratios are of those medians. A phase that did not run leaves its
-table out.
+table out. With --peer-build the lookup phase ran this build against
+another one instead (peer.read.json, peer.owner.json): that table goes in
+the block emb-peer.
 """
 import argparse
 import glob
@@ -27,11 +29,11 @@ def median(xs):
     return statistics.median(xs) if xs else None
 
 
-def load_ours(res, path):
+def load_ours(res, path, name="ours"):
     """{(dist, dim, batch): [record, ...]} of shs-emb-bench's JSON lines."""
     out = {}
     try:
-        with open(os.path.join(res, "ours.%s.json" % path), encoding="utf-8") as f:
+        with open(os.path.join(res, "%s.%s.json" % (name, path)), encoding="utf-8") as f:
             for line in f:
                 line = line.strip()
                 if line.startswith("{"):
@@ -143,6 +145,35 @@ def table(res):
     return "\n".join(rows), mem
 
 
+def peer_table(res):
+    """This build's lookup rate over the peer build's, per path, or None."""
+    got = {p: (load_ours(res, p), load_ours(res, p, "peer")) for p in ("read", "owner")}
+    keys = sorted(set(k for a, b in got.values() for k in set(a) & set(b)))
+    if not keys:
+        return None
+    rows = ["| ids | dim | batch | READ path ids/s | peer READ ids/s | ratio "
+            "| owner path ids/s | peer owner ids/s | ratio | rounds |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    ratios = []
+    for k in keys:
+        cells, n = [], 0
+        for p in ("read", "owner"):
+            a = median([x["ids_per_s"] for x in got[p][0].get(k, [])])
+            b = median([x["ids_per_s"] for x in got[p][1].get(k, [])])
+            n = max(n, min(len(got[p][0].get(k, [])), len(got[p][1].get(k, []))))
+            if a is not None and b:
+                ratios.append(a / b)
+            cells += [fmt(a), fmt(b), fmt(ratio(a, b), "%.3f")]
+        rows.append("| %s | %d | %d | %s | %d |" % (k[0], k[1], k[2], " | ".join(cells), n))
+    text = "\n".join(rows)
+    if ratios:
+        text += ("\n\nThis build over the peer: median ratio %.3f, lowest %.3f, highest %.3f "
+                 "(%d configurations x paths; each figure the median over rounds, the two "
+                 "builds run one after the other in alternating order)." % (
+                     statistics.median(ratios), min(ratios), max(ratios), len(ratios)))
+    return text
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("results")
@@ -150,6 +181,17 @@ def main(argv=None):
     ap.add_argument("--page", default=results_page.page_path("embedding.md"))
     ap.add_argument("--no-page", action="store_true")
     a = ap.parse_args(argv)
+    peer = peer_table(a.results)
+    if peer is not None:
+        head = results_page.headline({"where": "guest"}, a.command,
+                                     "4 ranks in one guest, median of rounds")
+        text = head + "\n\n" + peer
+        print(text)
+        if not a.no_page:
+            results_page.try_write_block(a.page, "emb-peer", text, "tools/emb-compare",
+                                         "Embedding tables: lookups against Redis and the "
+                                         "device")
+        return 0
     body, mem = table(a.results)
     upd = update_table(a.results)
     parts = [body] + ([mem] if mem else [])
