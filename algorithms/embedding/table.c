@@ -5,6 +5,7 @@
 
 #include "algorithms/embedding/emb.h"
 #include "algorithms/embedding/store.h"
+#include "runtime/crypto.h"
 #include "runtime/log.h"
 #include "transport/services.h"
 
@@ -26,12 +27,10 @@ typedef struct emb_sig {
     float lr, eps, init_scale;
 } emb_sig_t;
 
+/* the holder set, in the create's agreement and in a save's header */
 static uint64_t hash_holders(const int *h, int n)
 {
-    uint64_t x = 1469598103934665603ull;
-    for (int i = 0; i < n; i++)
-        x = (x ^ (uint64_t)(uint32_t)h[i]) * 1099511628211ull;
-    return x;
+    return shs__hash64(h, (size_t)n * sizeof(int), 0);
 }
 
 static shs_status_t resolve(shs_emb_t *e, const shs_emb_params_t *p)
@@ -281,7 +280,8 @@ static shs_status_t make_endpoints(shs_emb_t *e)
     return SHS_OK;
 }
 
-static shs_status_t load_stage(shs_emb_t *e, const char *dir, float **rows_p, float **state_p);
+static shs_status_t load_stage(shs_emb_t *e, const char *dir, float **rows_p, float **state_p,
+                               shs__emb_fault_t *fault);
 
 /* The staged rows (and Adagrad state) become the shard's. */
 static void load_commit(shs_emb_t *e, const float *rows, const float *state)
@@ -314,7 +314,8 @@ static shs_status_t rejoin_prepare(shs_emb_t *e, const shs_emb_params_t *p)
         return SHS_OK;
     }
     float *rows = NULL, *state = NULL;
-    shs_status_t st = load_stage(e, dir, &rows, &state);
+    shs__emb_fault_t fault;
+    shs_status_t st = load_stage(e, dir, &rows, &state, &fault);
     if (st == SHS_OK) {
         load_commit(e, rows, state);
         SHS_INFO("shs_emb_create: rank %d rejoined: its shard of %llu rows loaded from %s",
@@ -483,28 +484,50 @@ shs_status_t shs_emb_stats(const shs_emb_t *e, shs_emb_stats_t *s)
     return SHS_OK;
 }
 
-/* The living ranks' statuses (over the mesh once it is up: a rank that
- * rejoined takes part, rank 0's death does not stop it). *bad_p: the first
- * rank whose status is not SHS_OK (logged), or a holder that is not there
- * (failed); -1 when none. */
-static shs_status_t agree_living(shs_emb_t *e, int32_t mine, int *bad_p)
+/* What a rank brings to the save's and the load's agreement: its status,
+ * the save id it drew (save) or why it refused the save (load). */
+typedef struct emb_vote {
+    int32_t status;
+    uint32_t reserved;
+    uint64_t save_id[2];
+    shs__emb_fault_t fault;
+} emb_vote_t;
+
+_Static_assert(sizeof(emb_vote_t) <= 56, "a vote fits a living allgather");
+
+/* The living ranks' votes (over the mesh once it is up: a rejoined rank
+ * takes part, rank 0's death does not stop it). *bad_p: the first rank
+ * whose status is not SHS_OK (logged), or a holder that is not there
+ * (failed); -1 when none. *pick_p: rank *bad_p's vote (a missing holder's
+ * says SHS_ERR_PEER_FAILED), or with none the lowest living rank's, so that
+ * every rank takes the same. */
+static shs_status_t agree_living(shs_emb_t *e, const emb_vote_t *mine, emb_vote_t *pick_p,
+                                 int *bad_p)
 {
-    int32_t *all = calloc((size_t)e->size, sizeof(int32_t));
+    emb_vote_t *all = calloc((size_t)e->size, sizeof(*all));
     bool *present = calloc((size_t)e->size, sizeof(bool));
     shs_status_t st = all != NULL && present != NULL
-                          ? shs__ctx_living_allgather(e->ctx, &mine, sizeof(mine), all, present)
+                          ? shs__ctx_living_allgather(e->ctx, mine, sizeof(*mine), all, present)
                           : SHS_ERR_NO_MEMORY;
+    int lead = -1;
     *bad_p = -1;
     for (int r = 0; st == SHS_OK && r < e->size && *bad_p < 0; r++) {
         if (!present[r] && e->holder_of[r] >= 0) {
             SHS_ERROR("embedding: holder rank %d is not among the living ranks", r);
             *bad_p = r;
-        } else if (present[r] && all[r] != SHS_OK) {
+            *pick_p = (emb_vote_t){.status = SHS_ERR_PEER_FAILED};
+        } else if (present[r] && all[r].status != SHS_OK) {
             if (r != e->rank)
-                SHS_ERROR("embedding: rank %d: %s", r, shs_status_string((shs_status_t)all[r]));
+                SHS_ERROR("embedding: rank %d: %s", r,
+                          shs_status_string((shs_status_t)all[r].status));
             *bad_p = r;
+            *pick_p = all[r];
+        } else if (present[r] && lead < 0) {
+            lead = r;
         }
     }
+    if (st == SHS_OK && *bad_p < 0)
+        *pick_p = all[lead >= 0 ? lead : e->rank];
     free(all);
     free(present);
     return st;
@@ -521,37 +544,50 @@ shs_status_t shs_emb_save(shs_emb_t *e, const char *dir)
     /* a save without a dead holder's shard cannot be loaded (or is taken
      * for whole): the living ranks agree, and none writes unless every
      * holder is alive and here */
-    int32_t mine = SHS_OK;
-    for (uint32_t o = 0; o < e->layout.shards && mine == SHS_OK; o++) {
+    emb_vote_t mine = {.status = SHS_OK}, pick;
+    for (uint32_t o = 0; o < e->layout.shards && mine.status == SHS_OK; o++) {
         int r = e->holder_rank[o];
         if (r != e->rank && shs_ctx_peer_status(e->ctx, r, NULL) != SHS_OK) {
             SHS_ERROR("shs_emb_save: holder %u (rank %d) has failed: its shard cannot be "
                       "saved; no rank writes", o, r);
-            mine = SHS_ERR_PEER_FAILED;
+            mine.status = SHS_ERR_PEER_FAILED;
         }
     }
+    /* one save id for every file of this save: the lowest living rank's */
+    if (mine.status == SHS_OK)
+        mine.status = shs__random(mine.save_id, sizeof(mine.save_id));
     int bad = -1;
-    st = agree_living(e, mine, &bad);
+    st = agree_living(e, &mine, &pick, &bad);
     if (st == SHS_OK && bad >= 0)
-        st = SHS_ERR_PEER_FAILED;
-    if (st == SHS_OK && e->me >= 0)
+        st = bad == e->rank ? (shs_status_t)mine.status : SHS_ERR_PEER_FAILED;
+    if (st == SHS_OK && e->me >= 0) {
+        shs__emb_save_info_t info = {
+            .holders_hash = hash_holders(e->holder_rank, (int)e->layout.shards),
+            .optimizer = (uint32_t)e->opt};
+        memcpy(info.id, pick.save_id, sizeof(info.id));
         st = shs__emb_shard_save(dir, &e->layout, (uint32_t)e->me, e->dim, e->stride, e->data,
-                                  e->state);
+                                  e->state, &info);
+    }
     shs_status_t bs = shs_ctx_barrier(e->ctx);
     return st != SHS_OK ? st : bs;
 }
 
 /* Read this holder's part of the save into staging copies. */
-static shs_status_t load_stage(shs_emb_t *e, const char *dir, float **rows_p, float **state_p)
+static shs_status_t load_stage(shs_emb_t *e, const char *dir, float **rows_p, float **state_p,
+                               shs__emb_fault_t *fault)
 {
     size_t n = (size_t)e->shard_rows;
     float *rows = malloc((n > 0 ? n : 1) * e->row_bytes);
     float *state = e->state != NULL ? malloc((n > 0 ? n : 1) * sizeof(float)) : NULL;
     float *scratch = malloc((size_t)LOAD_SCRATCH_ROWS * e->row_bytes);
     shs_status_t st = SHS_ERR_NO_MEMORY;
+    *fault = (shs__emb_fault_t){.cause = SHS__EMB_FAULT_MEMORY};
     if (rows != NULL && scratch != NULL && (e->state == NULL || state != NULL))
         st = shs__emb_shard_load(dir, &e->layout, (uint32_t)e->me, e->dim, rows, state,
-                                 scratch, LOAD_SCRATCH_ROWS);
+                                 scratch, LOAD_SCRATCH_ROWS, fault);
+    else
+        SHS_ERROR("shs_emb_load: cannot allocate the staging copy of %llu rows",
+                  (unsigned long long)n);
     free(scratch);
     *rows_p = rows;
     *state_p = state;
@@ -567,20 +603,28 @@ shs_status_t shs_emb_load(shs_emb_t *e, const char *dir)
     if (st != SHS_OK)
         return st;
     float *rows = NULL, *state = NULL;
+    emb_vote_t mine = {.status = SHS_OK}, pick;
     if (e->me >= 0 && e->shard_rows > 0)
-        st = load_stage(e, dir, &rows, &state);
+        mine.status = load_stage(e, dir, &rows, &state, &mine.fault);
     /* every holder commits or none does: a table half old, half loaded
-     * would be a silent wrong result */
+     * would be a silent wrong result. And every rank refuses in the same
+     * words, those of the first rank that refused, holder or not. */
     int bad = -1;
-    shs_status_t gs = agree_living(e, st, &bad);
-    if (gs == SHS_OK && bad >= 0 && st == SHS_OK) {
-        SHS_ERROR("shs_emb_load: rank %d could not load %s; no rank changed its rows", bad, dir);
-        st = SHS_ERR_PEER_FAILED;
+    st = agree_living(e, &mine, &pick, &bad);
+    if (st == SHS_OK && bad >= 0) {
+        char why[SHS__EMB_PATH_MAX + 256];
+        if (pick.fault.cause != SHS__EMB_FAULT_NONE)
+            shs__emb_fault_format(&pick.fault, dir, why, sizeof(why));
+        else
+            snprintf(why, sizeof(why), "%s", shs_status_string((shs_status_t)pick.status));
+        SHS_ERROR("shs_emb_load: rank %d refused %s: %s; no rank changed its rows", bad, dir,
+                  why);
+        st = (shs_status_t)pick.status;
     }
-    if (st == SHS_OK && gs == SHS_OK && rows != NULL)
+    if (st == SHS_OK && rows != NULL)
         load_commit(e, rows, state);
     free(rows);
     free(state);
     shs_status_t bs = shs_ctx_barrier(e->ctx);
-    return st != SHS_OK ? st : gs != SHS_OK ? gs : bs;
+    return st != SHS_OK ? st : bs;
 }

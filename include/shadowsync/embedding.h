@@ -305,14 +305,21 @@ SHS_API shs_status_t shs_emb_stats(const shs_emb_t *emb, shs_emb_stats_t *stats_
  * shs_emb_save - write the shards to directory dir (it must exist, shared by
  * the holders when they are on several hosts): one file per shard,
  * shard-<s>-of-<S>.emb, with rows, dim, mapping and the Adagrad state.
+ * Every file of one save carries the same save id (128 random bits the
+ * ranks agree on), the saving table's shape, holder set and optimizer,
+ * and checksums (XXH3-64) of its header, its rows and its state, so that
+ * shs_emb_load can tell a whole save from a mixed or damaged one
+ * (docs/design.md, "Save format"). A save into a directory that holds one
+ * of the same shard count replaces its files one by one: a crash midway
+ * leaves a mix, which a load refuses.
  * Collective among the living ranks (a rejoined rank with them): it starts
  * with a barrier, so call it once every worker of every rank has flushed
  * (updates in flight are not in the save). Each rank returns its own
  * status, after a closing barrier.
  * Status: SHS_OK; SHS_ERR_IO (logged with the path); SHS_ERR_INVALID_ARG;
- * SHS_ERR_PEER_FAILED (a holder has failed, or a rank is gone: the ranks
- * agree on it first and none writes its shard, since the save could not
- * be whole).
+ * SHS_ERR_NO_MEMORY; SHS_ERR_PEER_FAILED (a holder has failed, or a rank is
+ * gone: the ranks agree on it first and none writes its shard, since the
+ * save could not be whole).
  */
 SHS_API shs_status_t shs_emb_save(shs_emb_t *emb, const char *dir);
 
@@ -321,14 +328,21 @@ SHS_API shs_status_t shs_emb_save(shs_emb_t *emb, const char *dir);
  * made by a job with any number of holders and either mapping, of the same
  * rows and dim. Collective: it starts with a barrier, so every worker of
  * every rank must have flushed and none be in a call. Holders read the
- * save into staging copies, the ranks exchange their outcome, and either
- * every holder takes the new rows or none does: on any rank's error no
- * rank's table changes.
- * Status: SHS_OK; SHS_ERR_IO; SHS_ERR_SIZE_MISMATCH (other rows or dim);
- * SHS_ERR_PROTOCOL (not a save, or mixed saves); SHS_ERR_UNSUPPORTED
- * (Adagrad state wanted, the save has none); SHS_ERR_NO_MEMORY (this
- * rank's own failure); SHS_ERR_PEER_FAILED (another rank's load failed,
- * logged with its status).
+ * whole save into staging copies and check every file (its header, that
+ * it is the shard its name says and of the same save as shard 0, and the
+ * checksums of its header, rows and state); the ranks exchange their
+ * outcome, and either every holder takes the new rows or none does: on any
+ * rank's refusal no rank's table changes, and every rank, holder or not,
+ * returns the same status, that of the lowest-ranked rank that refused,
+ * and logs its reason in the same words (the file, and for a checksum or a
+ * truncation the byte range).
+ * Status: SHS_OK; SHS_ERR_IO (a shard file missing, truncated or
+ * unreadable); SHS_ERR_SIZE_MISMATCH (other rows or dim);
+ * SHS_ERR_PROTOCOL (not a save of this format version, shard files
+ * swapped or renamed, shards of different saves mixed, a checksum that
+ * does not match: the data is damaged); SHS_ERR_UNSUPPORTED (Adagrad state
+ * wanted, the save has none); SHS_ERR_NO_MEMORY (a holder could not stage
+ * the save); SHS_ERR_PEER_FAILED (a holder is not among the living ranks).
  */
 SHS_API shs_status_t shs_emb_load(shs_emb_t *emb, const char *dir);
 

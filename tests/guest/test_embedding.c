@@ -20,8 +20,11 @@
  *   bad      bad input refused with nothing sent; ranks that disagree on
  *            the table fail every rank
  *   save     save, then load into 2 holders with the other mapping: the
- *            same rows; a load that fails leaves every rank's rows as they
- *            were
+ *            same rows; a spoilt save (shards of two saves, a flipped byte
+ *            in rows, header or optimizer state, swapped, truncated or
+ *            missing shard files) or one of another dim is refused with the
+ *            same status and the same logged reason (the file, the bytes)
+ *            on every rank, and every rank's rows stay as they were
  *   rejoin   (under shs-launch --restart 2) updates, a save, more updates,
  *            then rank 2 is killed and started again: it makes the table
  *            again with rejoin_dir, the survivors' lookups of its rows work
@@ -42,6 +45,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -55,6 +59,7 @@
 #include <shadowsync/shadowsync.h>
 
 #include "algorithms/embedding/plan.h"
+#include "runtime/log.h"
 #include "harness.h"
 
 #define ROWS 10007
@@ -545,11 +550,118 @@ static void case_bad(shs_ctx_t *ctx)
 
 /* ------------------------------------------------------------------ save */
 
+#define SAVE_DIR "/tmp/shs-emb-save-test"
+
+/* Every row of a and b equal, looked up through each table. */
+static bool same_rows(shs_emb_t *a, shs_emb_t *b, const char *what, bool fatal)
+{
+    static uint64_t ids[BATCH];
+    static float before[BATCH * DIM], after[BATCH * DIM];
+    for (uint64_t base = 0; base < ROWS; base += BATCH) {
+        size_t m = ROWS - base < BATCH ? ROWS - base : BATCH;
+        for (size_t k = 0; k < m; k++)
+            ids[k] = base + k;
+        CHECK_OK(shs_emb_lookup(shs_emb_worker(a, 0), ids, m, before, BATCH * DIM));
+        CHECK_OK(shs_emb_lookup(shs_emb_worker(b, 0), ids, m, after, BATCH * DIM));
+        if (memcmp(before, after, m * DIM * sizeof(float)) != 0) {
+            if (fatal)
+                fail("%s: rows %llu..%llu differ", what, (unsigned long long)base,
+                     (unsigned long long)(base + m - 1));
+            fprintf(stderr, "FAIL rank %d: %s: rows %llu..%llu differ\n", g_rank, what,
+                    (unsigned long long)base, (unsigned long long)(base + m - 1));
+            return false;
+        }
+    }
+    return true;
+}
+
+static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void sh(const char *fmt, ...)
+{
+    char cmd[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    if (system(cmd) != 0)
+        fail("%s", cmd);
+}
+
+/* XOR one byte of a file; at < 0 counts from its end. */
+static void flip_byte(const char *path, long at)
+{
+    FILE *f = fopen(path, "r+b");
+    if (f == NULL || fseek(f, at, at < 0 ? SEEK_END : SEEK_SET) != 0)
+        fail("open %s at %ld: %s", path, at, strerror(errno));
+    int c = fgetc(f);
+    if (c == EOF || fseek(f, -1, SEEK_CUR) != 0 || fputc(c ^ 0x40, f) == EOF || fclose(f) != 0)
+        fail("flip a byte of %s at %ld", path, at);
+}
+
+/* Ways to spoil a save (of n shards, with Adagrad state) that every rank's
+ * load must refuse alike. Offsets hold in every format version: byte 56 is
+ * in the header, 203 the high byte of a float of shard 1's rows, the last
+ * byte one of its state. */
+enum { SPOIL_MIXED, SPOIL_ROWS, SPOIL_HEADER, SPOIL_SWAPPED, SPOIL_STATE, SPOIL_SHORT,
+       SPOIL_MISSING, SPOILS };
+static const char *const spoil_name[SPOILS] = {
+    "shard 1 from another save", "a flipped byte in shard 1's rows",
+    "a flipped byte in shard 1's header", "shards 0 and 1 swapped",
+    "a flipped byte in shard 1's optimizer state", "shard 1 truncated", "shard 1 missing"};
+static const shs_status_t spoil_status[SPOILS] = {
+    SHS_ERR_PROTOCOL, SHS_ERR_PROTOCOL, SHS_ERR_PROTOCOL, SHS_ERR_PROTOCOL,
+    SHS_ERR_PROTOCOL, SHS_ERR_IO, SHS_ERR_IO};
+
+/* What every rank's refusal must say of each spoilt save (of n shards). */
+static void spoil_words(int how, int n, char *buf, size_t len)
+{
+    static const char *const fmt[SPOILS] = {
+        "shard-1-of-%d.emb is of save", "shard-1-of-%d.emb: the rows block (bytes 128..",
+        "shard-1-of-%d.emb: the header block (bytes 0..127)",
+        "shard-0-of-%d.emb holds shard 1 of", "shard-1-of-%d.emb: the optimizer state block",
+        "shard-1-of-%d.emb is short: bytes 100..127", "cannot open embedding shard "
+        SAVE_DIR "-spoilt/shard-1-of-%d.emb"};
+    snprintf(buf, len, fmt[how], n);
+}
+
+/* Whether the lines logged to f hold the load's refusal with these words. */
+static bool logged_refusal(FILE *f, const char *words)
+{
+    char line[2048];
+    rewind(f);
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (strstr(line, "shs_emb_load: rank ") != NULL && strstr(line, words) != NULL)
+            return true;
+    return false;
+}
+
+static void spoil(int how, const char *dir, const char *other, int n)
+{
+    char one[256];
+    snprintf(one, sizeof(one), "%s/shard-1-of-%d.emb", dir, n);
+    sh("rm -rf %s && cp -r %s %s", dir, SAVE_DIR, dir);
+    switch (how) {
+    case SPOIL_MIXED: sh("cp %s/shard-1-of-%d.emb %s", other, n, one); break;
+    case SPOIL_ROWS: flip_byte(one, 203); break;
+    case SPOIL_HEADER: flip_byte(one, 56); break;
+    case SPOIL_SWAPPED:
+        sh("cd %s && mv shard-0-of-%d.emb t && mv shard-1-of-%d.emb shard-0-of-%d.emb && "
+           "mv t shard-1-of-%d.emb", dir, n, n, n, n);
+        break;
+    case SPOIL_STATE: flip_byte(one, -1); break;
+    case SPOIL_SHORT:
+        if (truncate(one, 100) != 0)
+            fail("truncate %s: %s", one, strerror(errno));
+        break;
+    case SPOIL_MISSING: sh("rm %s", one); break;
+    }
+}
+
 static void case_save(shs_ctx_t *ctx)
 {
     static const int two[] = {0, 1};
     static uint64_t ids[BATCH];
-    static float before[BATCH * DIM], after[BATCH * DIM];
+    static float after[BATCH * DIM];
     int n = shs_ctx_size(ctx);
     shs_emb_t *a, *b;
     shs_emb_params_t pa = update_params(SHS_EMB_PATH_AUTO);
@@ -558,11 +670,12 @@ static void case_save(shs_ctx_t *ctx)
     CHECK_OK(shs_emb_create(ctx, &pa, &a));
     run_updates(a, 2);
     CHECK_OK(shs_ctx_barrier(ctx));
-    const char *dir = "/tmp/shs-emb-save-test";
-    if (g_rank == 0 && system("rm -rf /tmp/shs-emb-save-test && mkdir -p /tmp/shs-emb-save-test") != 0)
-        fail("mkdir %s", dir);
+    const char *dir = SAVE_DIR, *other = SAVE_DIR "-again", *bad = SAVE_DIR "-spoilt";
+    if (g_rank == 0)
+        sh("rm -rf %s %s && mkdir -p %s %s", dir, other, dir, other);
     CHECK_OK(shs_ctx_barrier(ctx));
     CHECK_OK(shs_emb_save(a, dir));
+    CHECK_OK(shs_emb_save(a, other)); /* the same rows, another save */
 
     shs_emb_params_t pb = pa;
     pb.map = SHS_EMB_MAP_RANGE;
@@ -571,24 +684,49 @@ static void case_save(shs_ctx_t *ctx)
     pb.nholders = 2;
     CHECK_OK(shs_emb_create(ctx, &pb, &b));
     CHECK_OK(shs_emb_load(b, dir));
-    for (uint64_t base = 0; base < ROWS; base += BATCH) {
-        size_t m = ROWS - base < BATCH ? ROWS - base : BATCH;
-        for (size_t k = 0; k < m; k++)
-            ids[k] = base + k;
-        CHECK_OK(shs_emb_lookup(shs_emb_worker(a, 0), ids, m, before, BATCH * DIM));
-        CHECK_OK(shs_emb_lookup(shs_emb_worker(b, 0), ids, m, after, BATCH * DIM));
-        if (memcmp(before, after, m * DIM * sizeof(float)) != 0)
-            fail("rows %llu..%llu differ after the load into 2 holders",
-                 (unsigned long long)base, (unsigned long long)(base + m - 1));
+    same_rows(a, b, "after the load into 2 holders", true);
+
+    /* a spoilt save is refused with one status on every rank, holder or
+     * not, and no rank's rows change; every case is tried, then reported */
+    int wrong = 0;
+    for (int how = 0; how < SPOILS; how++) {
+        CHECK_OK(shs_ctx_barrier(ctx));
+        if (g_rank == 0)
+            spoil(how, bad, other, n);
+        CHECK_OK(shs_ctx_barrier(ctx));
+        FILE *log = tmpfile();
+        if (log == NULL)
+            fail("tmpfile: %s", strerror(errno));
+        shs__log_set_stream(log);
+        shs_status_t st = shs_emb_load(b, bad);
+        shs__log_set_stream(NULL);
+        char words[256];
+        spoil_words(how, n, words, sizeof(words));
+        bool ok = st == spoil_status[how];
+        if (!ok)
+            fprintf(stderr, "FAIL rank %d: load of a save with %s: %s, expected %s\n", g_rank,
+                    spoil_name[how], shs_status_string(st),
+                    shs_status_string(spoil_status[how]));
+        if (!logged_refusal(log, words)) {
+            fprintf(stderr, "FAIL rank %d: load of a save with %s: no refusal \"%s\" logged\n",
+                    g_rank, spoil_name[how], words);
+            ok = false;
+        }
+        fclose(log);
+        if (!same_rows(a, b, spoil_name[how], false))
+            ok = false;
+        wrong += !ok;
+        CHECK_OK(shs_emb_load(b, dir)); /* the next case starts from the right rows */
     }
-    /* a save of another dim is refused and leaves the shard as it was */
+    if (wrong > 0)
+        fail("%d of %d spoilt saves not refused alike", wrong, SPOILS);
+
+    /* a save of another dim is refused alike and leaves the shard as it was */
     shs_emb_params_t pc = pb;
     pc.dim = DIM / 2;
     shs_emb_t *c;
     CHECK_OK(shs_emb_create(ctx, &pc, &c));
-    shs_status_t st = shs_emb_load(c, dir);
-    if (st != (g_rank < 2 ? SHS_ERR_SIZE_MISMATCH : SHS_ERR_PEER_FAILED))
-        fail("load of another dim: %s", shs_status_string(st));
+    CHECK_EQ(shs_emb_load(c, dir), SHS_ERR_SIZE_MISMATCH);
     for (size_t k = 0; k < BATCH; k++) /* every rank still sees the rows it had: 0 */
         ids[k] = k;
     CHECK_OK(shs_emb_lookup(shs_emb_worker(c, 0), ids, BATCH, after, BATCH * DIM));
@@ -598,7 +736,6 @@ static void case_save(shs_ctx_t *ctx)
     shs_emb_destroy(c);
     shs_emb_destroy(b);
     shs_emb_destroy(a);
-    (void)n;
 }
 
 /* ---------------------------------------------------------------- rejoin */

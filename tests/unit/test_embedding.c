@@ -375,14 +375,29 @@ static void fill_shard(const shs__emb_layout_t *l, uint32_t s, float *rows, floa
     }
 }
 
-static void save_all(const char *dir, const shs__emb_layout_t *l, bool with_state)
+/* a save's identity; `which` tells two saves of one table apart */
+static shs__emb_save_info_t save_info(uint64_t which)
+{
+    return (shs__emb_save_info_t){.id = {0x5eed0000u + which, ~which}, .holders_hash = 77,
+                                  .optimizer = SHS_EMB_OPT_ADAGRAD};
+}
+
+static void save_all_as(const char *dir, const shs__emb_layout_t *l, bool with_state,
+                        uint64_t which)
 {
     static float rows[SV_ROWS * SV_DIM], state[SV_ROWS];
+    shs__emb_save_info_t info = save_info(which);
     for (uint32_t s = 0; s < l->shards; s++) {
         fill_shard(l, s, rows, state);
-        ck_assert_int_eq(shs__emb_shard_save(dir, l, s, SV_DIM, SV_DIM, rows, with_state ? state : NULL),
+        ck_assert_int_eq(shs__emb_shard_save(dir, l, s, SV_DIM, SV_DIM, rows,
+                                             with_state ? state : NULL, &info),
                          SHS_OK);
     }
+}
+
+static void save_all(const char *dir, const shs__emb_layout_t *l, bool with_state)
+{
+    save_all_as(dir, l, with_state, 1);
 }
 
 static char *make_dir(void)
@@ -415,8 +430,9 @@ START_TEST(save_load_reshard)
                 memset(rows, 0xff, sizeof(rows));
                 memset(state, 0xff, sizeof(state));
                 /* scratch of 2 rows: the load streams */
-                ck_assert_int_eq(shs__emb_shard_load(dir, &ln, s, SV_DIM, rows, state, scratch, 2),
-                                 SHS_OK);
+                ck_assert_int_eq(
+                    shs__emb_shard_load(dir, &ln, s, SV_DIM, rows, state, scratch, 2, NULL),
+                    SHS_OK);
                 fill_shard(&ln, s, want, want_state);
                 size_t n = shs__emb_shard_rows(&ln, s);
                 EXPECT(memcmp(rows, want, n * SV_DIM * sizeof(float)) == 0,
@@ -450,39 +466,216 @@ START_TEST(load_refuses_bad_saves)
     ck_assert_int_eq(shs__emb_layout_init(&other, SV_ROWS + 1, 2, SHS__EMB_MAP_MODULO), SHS_OK);
 
     char *dir = make_dir();
-    ck_assert_int_eq(shs__emb_shard_load(dir, &l2, 0, SV_DIM, rows, NULL, scratch, 4),
+    ck_assert_int_eq(shs__emb_shard_load(dir, &l2, 0, SV_DIM, rows, NULL, scratch, 4, NULL),
                      SHS_ERR_IO); /* no save at all */
     save_all(dir, &l2, false);
-    ck_assert_int_eq(shs__emb_shard_load(dir, &l3, 1, SV_DIM, rows, NULL, scratch, 4), SHS_OK);
-    ck_assert_int_eq(shs__emb_shard_load(dir, &l3, 1, SV_DIM + 1, rows, NULL, scratch, 4),
+    ck_assert_int_eq(shs__emb_shard_load(dir, &l3, 1, SV_DIM, rows, NULL, scratch, 4, NULL), SHS_OK);
+    ck_assert_int_eq(shs__emb_shard_load(dir, &l3, 1, SV_DIM + 1, rows, NULL, scratch, 4, NULL),
                      SHS_ERR_SIZE_MISMATCH);
-    ck_assert_int_eq(shs__emb_shard_load(dir, &other, 1, SV_DIM, rows, NULL, scratch, 4),
+    ck_assert_int_eq(shs__emb_shard_load(dir, &other, 1, SV_DIM, rows, NULL, scratch, 4, NULL),
                      SHS_ERR_SIZE_MISMATCH);
-    ck_assert_int_eq(shs__emb_shard_load(dir, &l3, 1, SV_DIM, rows, state, scratch, 4),
+    ck_assert_int_eq(shs__emb_shard_load(dir, &l3, 1, SV_DIM, rows, state, scratch, 4, NULL),
                      SHS_ERR_UNSUPPORTED); /* saved without Adagrad's state */
-    ck_assert_int_eq(shs__emb_shard_load(dir, &l3, 3, SV_DIM, rows, NULL, scratch, 4),
+    ck_assert_int_eq(shs__emb_shard_load(dir, &l3, 3, SV_DIM, rows, NULL, scratch, 4, NULL),
                      SHS_ERR_INVALID_ARG);
 
     /* shard 1 truncated */
     snprintf(path, sizeof(path), "%s/shard-1-of-2.emb", dir);
-    ck_assert_int_eq(truncate(path, 64 + 10), 0);
-    ck_assert_int_eq(shs__emb_shard_load(dir, &l3, 0, SV_DIM, rows, NULL, scratch, 4),
+    ck_assert_int_eq(truncate(path, SHS__EMB_HDR_BYTES + 10), 0);
+    ck_assert_int_eq(shs__emb_shard_load(dir, &l3, 0, SV_DIM, rows, NULL, scratch, 4, NULL),
                      SHS_ERR_IO);
     /* shard 1 missing */
     ck_assert_int_eq(unlink(path), 0);
-    ck_assert_int_eq(shs__emb_shard_load(dir, &l3, 0, SV_DIM, rows, NULL, scratch, 4),
+    ck_assert_int_eq(shs__emb_shard_load(dir, &l3, 0, SV_DIM, rows, NULL, scratch, 4, NULL),
                      SHS_ERR_IO);
     /* shard 1 is not a shard file */
     char junk[128];
     memset(junk, 'x', sizeof(junk));
     write_file(dir, "shard-1-of-2.emb", junk, sizeof(junk));
-    ck_assert_int_eq(shs__emb_shard_load(dir, &l3, 0, SV_DIM, rows, NULL, scratch, 4),
+    ck_assert_int_eq(shs__emb_shard_load(dir, &l3, 0, SV_DIM, rows, NULL, scratch, 4, NULL),
                      SHS_ERR_PROTOCOL);
     /* two saves of different shard counts in one folder */
     save_all(dir, &l2, false);
     save_all(dir, &l3, false);
-    ck_assert_int_eq(shs__emb_shard_load(dir, &l3, 0, SV_DIM, rows, NULL, scratch, 4),
+    ck_assert_int_eq(shs__emb_shard_load(dir, &l3, 0, SV_DIM, rows, NULL, scratch, 4, NULL),
                      SHS_ERR_PROTOCOL);
+    rm_dir(dir);
+}
+END_TEST
+
+/* XOR one byte of dir/name; at < 0 counts from the end. */
+static void flip(const char *dir, const char *name, long at)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, at, at < 0 ? SEEK_END : SEEK_SET), 0);
+    int c = fgetc(f);
+    ck_assert_int_ne(c, EOF);
+    ck_assert_int_eq(fseek(f, -1, SEEK_CUR), 0);
+    ck_assert_int_ne(fputc(c ^ 0x01, f), EOF);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+static void sh(const char *cmd)
+{
+    ck_assert_msg(system(cmd) == 0, "%s", cmd);
+}
+
+/* Shard 0 of l from dir is refused with status `want` and cause `cause` in
+ * shard file `file` (bytes [a, b) when b != 0), and the message says so. */
+static void expect_refused(const char *dir, const shs__emb_layout_t *l, bool with_state,
+                           shs_status_t want, shs__emb_cause_t cause, uint32_t file,
+                           uint64_t a, uint64_t b, const char *words)
+{
+    static float rows[SV_ROWS * SV_DIM], state[SV_ROWS], scratch[4 * SV_DIM];
+    shs__emb_fault_t fault;
+    char msg[1024], name[64], range[64];
+    ck_assert_int_eq(shs__emb_shard_load(dir, l, 0, SV_DIM, rows, with_state ? state : NULL,
+                                         scratch, 4, &fault),
+                     want);
+    ck_assert_uint_eq(fault.cause, cause);
+    ck_assert_uint_eq(fault.file, file);
+    ck_assert_int_eq(shs__emb_fault_status(&fault), want);
+    shs__emb_fault_format(&fault, dir, msg, sizeof(msg));
+    snprintf(name, sizeof(name), "/shard-%u-of-%u.emb", file, fault.shards);
+    EXPECT(strstr(msg, name) != NULL && strstr(msg, words) != NULL,
+           "message \"%s\" names no %s or no \"%s\"", msg, name, words);
+    if (b != 0) {
+        ck_assert_uint_eq(fault.a, a);
+        ck_assert_uint_eq(fault.b, b);
+        snprintf(range, sizeof(range), "bytes %llu..%llu", (unsigned long long)a,
+                 (unsigned long long)(b - 1));
+        EXPECT(strstr(msg, range) != NULL, "message \"%s\" has no \"%s\"", msg, range);
+    }
+}
+
+/* Every way a save can be spoilt after it was written is refused, by the
+ * first file where it shows, with the byte range of a checksum that fails. */
+START_TEST(load_refuses_spoilt_saves)
+{
+    enum { HDR = SHS__EMB_HDR_BYTES };
+    static float rows[SV_ROWS * SV_DIM], scratch[4 * SV_DIM];
+    shs__emb_layout_t l2;
+    char cmd[512];
+    ck_assert_int_eq(shs__emb_layout_init(&l2, SV_ROWS, 2, SHS__EMB_MAP_MODULO), SHS_OK);
+    uint64_t n1 = shs__emb_shard_rows(&l2, 1);
+    uint64_t rows_end = HDR + n1 * SV_DIM * sizeof(float), state_end = rows_end + n1 * 4;
+    char *d = make_dir();
+    char good[64], other[64];
+    snprintf(good, sizeof(good), "%s/good", d);
+    snprintf(other, sizeof(other), "%s/other", d);
+    const char *dir = d;
+    snprintf(cmd, sizeof(cmd), "mkdir %s %s", good, other);
+    sh(cmd);
+    save_all_as(good, &l2, true, 1);
+    save_all_as(other, &l2, true, 2); /* the same rows, another save */
+#define FRESH()                                                                    \
+    do {                                                                           \
+        snprintf(cmd, sizeof(cmd), "rm -f %s/*.emb && cp %s/*.emb %s", dir, good, dir); \
+        sh(cmd);                                                                   \
+    } while (0)
+
+    FRESH();
+    ck_assert_int_eq(shs__emb_shard_load(dir, &l2, 0, SV_DIM, rows, NULL, scratch, 4, NULL),
+                     SHS_OK);
+    /* shard 1 of another save of the same table */
+    snprintf(cmd, sizeof(cmd), "cp %s/shard-1-of-2.emb %s", other, dir);
+    sh(cmd);
+    expect_refused(dir, &l2, true, SHS_ERR_PROTOCOL, SHS__EMB_FAULT_MIXED, 1, 0, 0,
+                   "two saves");
+    /* a flipped byte: in the rows, first and last; in the header; in the
+     * state (refused whether the loader keeps the state or not) */
+    FRESH();
+    flip(dir, "shard-1-of-2.emb", HDR);
+    expect_refused(dir, &l2, true, SHS_ERR_PROTOCOL, SHS__EMB_FAULT_ROWS, 1, HDR, rows_end,
+                   "rows");
+    FRESH();
+    flip(dir, "shard-1-of-2.emb", (long)rows_end - 1);
+    expect_refused(dir, &l2, false, SHS_ERR_PROTOCOL, SHS__EMB_FAULT_ROWS, 1, HDR, rows_end,
+                   "checksum");
+    static const long in_header[] = {12, 41, 70, 99, HDR - 3}; /* dtype .. the sum itself */
+    for (size_t i = 0; i < sizeof(in_header) / sizeof(in_header[0]); i++) {
+        FRESH();
+        flip(dir, "shard-1-of-2.emb", in_header[i]);
+        expect_refused(dir, &l2, true, SHS_ERR_PROTOCOL, SHS__EMB_FAULT_HEADER, 1, 0, HDR,
+                       "header");
+    }
+    FRESH();
+    flip(dir, "shard-1-of-2.emb", -1);
+    expect_refused(dir, &l2, true, SHS_ERR_PROTOCOL, SHS__EMB_FAULT_STATE, 1, rows_end,
+                   state_end, "optimizer state");
+    expect_refused(dir, &l2, false, SHS_ERR_PROTOCOL, SHS__EMB_FAULT_STATE, 1, rows_end,
+                   state_end, "optimizer state");
+    /* shard 0's file and shard 1's swapped */
+    FRESH();
+    snprintf(cmd, sizeof(cmd), "cd %s && mv shard-0-of-2.emb t && mv shard-1-of-2.emb "
+             "shard-0-of-2.emb && mv t shard-1-of-2.emb", dir);
+    sh(cmd);
+    expect_refused(dir, &l2, true, SHS_ERR_PROTOCOL, SHS__EMB_FAULT_PLACE, 0, 0, 0,
+                   "swapped");
+    /* truncated in its rows, in its header, missing, longer */
+    FRESH();
+    char path[256];
+    snprintf(path, sizeof(path), "%s/shard-1-of-2.emb", dir);
+    ck_assert_int_eq(truncate(path, HDR + 10), 0);
+    expect_refused(dir, &l2, true, SHS_ERR_IO, SHS__EMB_FAULT_SHORT, 1, HDR, rows_end,
+                   "short");
+    ck_assert_int_eq(truncate(path, HDR - 1), 0);
+    expect_refused(dir, &l2, true, SHS_ERR_IO, SHS__EMB_FAULT_SHORT, 1, HDR - 1, HDR,
+                   "short");
+    ck_assert_int_eq(unlink(path), 0);
+    expect_refused(dir, &l2, true, SHS_ERR_IO, SHS__EMB_FAULT_OPEN, 1, 0, 0, "cannot open");
+    FRESH();
+    snprintf(cmd, sizeof(cmd), "echo x >> %s/shard-1-of-2.emb", dir);
+    sh(cmd);
+    expect_refused(dir, &l2, true, SHS_ERR_PROTOCOL, SHS__EMB_FAULT_LONG, 1, 0, 0, "longer");
+    /* a save of format version 1 (a 64-byte header, no checksums) */
+    FRESH();
+    uint32_t v1 = 1;
+    snprintf(path, sizeof(path), "%s/shard-0-of-2.emb", dir);
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, 8, SEEK_SET), 0);
+    ck_assert_uint_eq(fwrite(&v1, sizeof(v1), 1, f), 1);
+    ck_assert_int_eq(fclose(f), 0);
+    expect_refused(dir, &l2, true, SHS_ERR_PROTOCOL, SHS__EMB_FAULT_FORMAT, 0, 0, 0,
+                   "version 1");
+#undef FRESH
+    rm_dir(d);
+}
+END_TEST
+
+/* Rows in memory carry padding and a check word; the file holds only their
+ * dim floats, so the format does not depend on the in-memory stride. */
+START_TEST(save_drops_the_stride)
+{
+    enum { STRIDE = SV_DIM + 3 };
+    static float wide[SV_ROWS * STRIDE], rows[SV_ROWS * SV_DIM], want[SV_ROWS * SV_DIM],
+        scratch[4 * SV_DIM];
+    shs__emb_layout_t l1;
+    ck_assert_int_eq(shs__emb_layout_init(&l1, SV_ROWS, 1, SHS__EMB_MAP_MODULO), SHS_OK);
+    fill_shard(&l1, 0, want, NULL);
+    for (size_t k = 0; k < SV_ROWS; k++) {
+        memcpy(wide + k * STRIDE, want + k * SV_DIM, SV_DIM * sizeof(float));
+        for (int j = SV_DIM; j < STRIDE; j++)
+            wide[k * STRIDE + (size_t)j] = 1e9f; /* must not reach the file */
+    }
+    char *dir = make_dir();
+    shs__emb_save_info_t info = save_info(3);
+    ck_assert_int_eq(shs__emb_shard_save(dir, &l1, 0, SV_DIM, STRIDE, wide, NULL, &info),
+                     SHS_OK);
+    char path[256];
+    snprintf(path, sizeof(path), "%s/shard-0-of-1.emb", dir);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+    ck_assert_int_eq(ftell(f), SHS__EMB_HDR_BYTES + SV_ROWS * SV_DIM * sizeof(float));
+    fclose(f);
+    ck_assert_int_eq(shs__emb_shard_load(dir, &l1, 0, SV_DIM, rows, NULL, scratch, 4, NULL),
+                     SHS_OK);
+    EXPECT(memcmp(rows, want, sizeof(want)) == 0, "rows saved with a stride load wrong");
     rm_dir(dir);
 }
 END_TEST
@@ -514,6 +707,8 @@ Suite *embedding_suite(void)
     tcase_add_test(tc, plan_runs_and_pooling);
     tcase_add_test(tc, save_load_reshard);
     tcase_add_test(tc, load_refuses_bad_saves);
+    tcase_add_test(tc, load_refuses_spoilt_saves);
+    tcase_add_test(tc, save_drops_the_stride);
     tcase_add_test(tc, owner_reads_crossover);
     suite_add_tcase(s, tc);
     /* 7.7 million values: a second of CPU, more under valgrind or load */
