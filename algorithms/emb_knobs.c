@@ -40,6 +40,12 @@ static const shs__knob_t emb_knobs[] = {
     SHS_KNOB_INT("SHS_EMB_READ_TRIES", emb_read_tries, "4", 1, 1000,
                  "embedding lookups (READ path): reads of a row whose check word shows it "
                  "was being updated, before its holder is asked to copy it instead"),
+    SHS_KNOB_INT("SHS_EMB_CACHE_ROWS", emb_cache_rows, "0", 0, 1 << 28,
+                 "embedding lookups: rows of other holders each worker keeps in its hot-row "
+                 "cache (0: no cache); a table's cache_rows param overrides it"),
+    SHS_KNOB_INT("SHS_EMB_CACHE_AGE", emb_cache_age, "16", 1, 1000000,
+                 "embedding lookups: a cached row is served for at most this many of the "
+                 "worker's lookups, then fetched again (the staleness bound)"),
 };
 
 const shs__knob_table_t shs__emb_knob_table = SHS_KNOB_TABLE("algorithms", emb_knobs, NULL);

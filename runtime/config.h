@@ -92,6 +92,8 @@ typedef struct shs__config {
     int emb_apply_nap_us;      /* SHS_EMB_APPLY_NAP_US longest nap of an idle apply thread */
     int emb_slots;             /* SHS_EMB_SLOTS updates in flight per worker and holder (-1 auto) */
     int emb_read_tries;        /* SHS_EMB_READ_TRIES reads of a row before the owner path */
+    int emb_cache_rows;        /* SHS_EMB_CACHE_ROWS per worker (0: no cache) */
+    int emb_cache_age;         /* SHS_EMB_CACHE_AGE lookups */
 } shs__config_t;
 
 /* How the environment is read: getenv, or a fake one in tests. */

@@ -199,7 +199,7 @@ static uint8_t choose_via(const shs_emb_worker_t *w, int o)
     if (e->path != SHS_EMB_PATH_AUTO)
         return e->path == SHS_EMB_PATH_OWNER ? EMB_VIA_OWNER : EMB_VIA_READ;
     uint32_t reads = 0;
-    for (uint32_t i = p->owner_start[o]; i < p->owner_start[o + 1] && reads <= e->owner_reads;
+    for (uint32_t i = p->owner_start[o]; i < p->fetch_end[o] && reads <= e->owner_reads;
          i += shs__emb_plan_run(p, (uint32_t)o, i, UINT32_MAX))
         reads++;
     return reads > e->owner_reads ? EMB_VIA_OWNER : EMB_VIA_READ;
@@ -223,7 +223,7 @@ static shs_status_t read_rows(shs_emb_worker_t *w, int o, uint32_t i, uint32_t r
 static shs_status_t post_reads(shs_emb_worker_t *w, int o)
 {
     const shs__emb_plan_t *p = &w->plan;
-    uint32_t hi = p->owner_start[o + 1];
+    uint32_t hi = p->fetch_end[o];
     for (uint32_t i = p->owner_start[o]; i < hi;) {
         uint32_t run = shs__emb_plan_run(p, (uint32_t)o, i, UINT32_MAX);
         shs_status_t st = read_rows(w, o, i, run, i + run == hi);
@@ -276,7 +276,7 @@ static shs_status_t verify_reads(shs_emb_worker_t *w, int o)
     const shs__emb_plan_t *p = &w->plan;
     float *packed = packed_rows(w);
     uint32_t ntorn = 0;
-    for (uint32_t i = p->owner_start[o]; i < p->owner_start[o + 1]; i++)
+    for (uint32_t i = p->owner_start[o]; i < p->fetch_end[o]; i++)
         if (!emb_row_whole(e, packed + (size_t)i * e->stride, p->local[i]))
             w->torn[ntorn++] = i;
     for (unsigned t = 1; ntorn > 0 && t < e->read_tries; t++) {
@@ -310,6 +310,87 @@ static shs_status_t verify_reads(shs_emb_worker_t *w, int o)
     return SHS_OK;
 }
 
+/* Whether the last update of epoch `at` (this rank's) may not be applied
+ * yet: a row fetched now could be older than this rank's own update. */
+static bool update_in_flight(const shs_emb_t *e, uint32_t at)
+{
+    uint64_t tag = atomic_load_explicit(&e->last_upd[at], memory_order_acquire);
+    if (tag == 0)
+        return false;
+    int wk = (int)(tag >> 56) - 1, o = (int)((tag >> 40) & 0xffff);
+    uint64_t seq = tag & ((1ull << 40) - 1);
+    uint64_t acked = atomic_load_explicit(emb_ack_word(e, wk, o), memory_order_acquire);
+    return acked == EMB_ACK_UNREADY || (acked & ((1ull << 40) - 1)) < seq;
+}
+
+/* The hot-row cache (embedding.h, Cache): holder o's rows of this batch
+ * that the cache holds fresh are copied into their packed places and set
+ * apart, so that only the others are fetched; each of those notes its
+ * id's update epoch before its fetch is posted. */
+static void cache_serve(shs_emb_worker_t *w, int o, uint32_t n)
+{
+    const shs_emb_t *e = w->emb;
+    shs__emb_plan_t *p = &w->plan;
+    uint32_t lo = p->owner_start[o], hi = p->owner_start[o + 1], hits = 0;
+    for (uint32_t i = lo; i < hi; i++) {
+        uint32_t ep = atomic_load_explicit(emb_epoch(e, p->row[i]), memory_order_acquire);
+        w->hit_src[i] = shs__emb_cache_get(&w->cache, p->row[i], w->lookup_tick, ep);
+        w->hit[i] = w->hit_src[i] != NULL;
+        hits += w->hit[i];
+    }
+    if (hits > 0) {
+        shs__emb_plan_split(p, (uint32_t)o, w->hit, n);
+        float *packed = packed_rows(w);
+        for (uint32_t i = lo; i < hi; i++)
+            if (w->hit[i])
+                memcpy(packed + (size_t)p->remap[i] * e->stride, w->hit_src[i],
+                       e->stride_bytes);
+    }
+    for (uint32_t i = lo; i < p->fetch_end[o]; i++) {
+        uint32_t at = emb_epoch_at(e, p->row[i]);
+        w->fetch_epoch[i] = atomic_load_explicit(&e->epoch[at], memory_order_acquire);
+        w->hit[i] = update_in_flight(e, at); /* its fetch may miss it: not kept */
+    }
+}
+
+/* Holder o's fetched rows (whole: checked) are offered to the cache. */
+static void cache_keep(shs_emb_worker_t *w, int o)
+{
+    const shs_emb_t *e = w->emb;
+    const shs__emb_plan_t *p = &w->plan;
+    const float *packed = packed_rows(w);
+    for (uint32_t i = p->owner_start[o]; i < p->fetch_end[o]; i++)
+        if (!w->hit[i] && atomic_load_explicit(emb_epoch(e, p->row[i]),
+                                               memory_order_acquire) == w->fetch_epoch[i])
+            shs__emb_cache_offer(&w->cache, p->row[i], packed + (size_t)i * e->stride,
+                                 w->lookup_tick, w->fetch_epoch[i]);
+}
+
+/* The cache's counters, where shs_emb_stats reads them. */
+static void cache_publish(shs_emb_worker_t *w)
+{
+    const shs__emb_cache_t *c = &w->cache;
+    emb_counters_t *k = &w->c;
+    atomic_store_explicit(&k->cache_hits, c->hits, memory_order_relaxed);
+    atomic_store_explicit(&k->cache_misses, c->misses, memory_order_relaxed);
+    atomic_store_explicit(&k->cache_expired, c->expired, memory_order_relaxed);
+    atomic_store_explicit(&k->cache_admitted, c->admitted, memory_order_relaxed);
+    atomic_store_explicit(&k->cache_rejected, c->rejected, memory_order_relaxed);
+    atomic_store_explicit(&k->cache_evicted, c->evicted, memory_order_relaxed);
+    atomic_store_explicit(&k->cache_hit_age_sum, c->hit_age_sum, memory_order_relaxed);
+}
+
+/* A load replaced the table's rows: what the cache holds is of before. */
+static void cache_check_gen(shs_emb_worker_t *w)
+{
+    uint64_t g = atomic_load_explicit(&w->emb->cache_gen, memory_order_acquire);
+    if (g == w->cache_gen)
+        return;
+    w->cache_gen = g;
+    for (uint32_t k = 0; k < w->cache.capacity; k++)
+        w->cache.id[k] = UINT64_MAX;
+}
+
 shs_status_t shs_emb_lookup_start(shs_emb_worker_t *w, const uint64_t *ids, size_t n)
 {
     if (w == NULL || (ids == NULL && n > 0))
@@ -324,8 +405,15 @@ shs_status_t shs_emb_lookup_start(shs_emb_worker_t *w, const uint64_t *ids, size
     shs_emb_t *e = w->emb;
     const shs__emb_plan_t *p = &w->plan;
     shs_status_t first = SHS_OK;
+    bool cached = w->cache.capacity > 0;
+    if (cached) {
+        cache_check_gen(w);
+        w->lookup_tick++;
+    }
     for (int o = 0; o < (int)e->layout.shards; o++) {
-        uint32_t cnt = p->owner_start[o + 1] - p->owner_start[o];
+        if (cached && o != e->me && p->owner_start[o + 1] > p->owner_start[o])
+            cache_serve(w, o, (uint32_t)n);
+        uint32_t cnt = p->fetch_end[o] - p->owner_start[o];
         if (cnt > 0)
             sync_holder(w, o);
         w->via[o] = cnt == 0 ? EMB_VIA_NONE : choose_via(w, o);
@@ -379,9 +467,14 @@ static shs_status_t finish_lookup(shs_emb_worker_t *w)
             if (st == SHS_ERR_TIMEOUT)
                 w->gone[o] = true; /* its answer may still land: never ask it again */
         }
+        if (st == SHS_OK && w->cache.capacity > 0 &&
+            (w->via[o] == EMB_VIA_READ || w->via[o] == EMB_VIA_OWNER))
+            cache_keep(w, o);
         if (first == SHS_OK)
             first = st;
     }
+    if (w->cache.capacity > 0)
+        cache_publish(w);
     return first;
 }
 
@@ -456,6 +549,15 @@ shs_status_t shs_emb_update(shs_emb_worker_t *w, const uint64_t *ids, size_t n,
     shs_emb_t *e = w->emb;
     const shs__emb_plan_t *p = &w->uplan;
     shs__emb_plan_sum(p, grads, e->dim, (uint32_t)n, w->grads);
+    if (e->epoch != NULL) /* every worker's cached copy of these rows is old now */
+        for (uint32_t o = 0; o < e->layout.shards; o++)
+            for (uint32_t u = p->owner_start[o]; u < p->owner_start[o + 1]; u++) {
+                uint32_t at = emb_epoch_at(e, p->row[u]);
+                atomic_store_explicit(&e->last_upd[at],
+                                      emb_upd_tag(w->index, (int)o, w->sent[o] + 1),
+                                      memory_order_release);
+                atomic_fetch_add_explicit(&e->epoch[at], 1, memory_order_release);
+            }
     shs_status_t first = SHS_OK;
     for (int o = 0; o < (int)e->layout.shards; o++) {
         uint32_t cnt = p->owner_start[o + 1] - p->owner_start[o];

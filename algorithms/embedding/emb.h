@@ -59,6 +59,7 @@
 #include <shadowsync/embedding.h>
 #include <shadowsync/region.h>
 
+#include "algorithms/embedding/cache.h"
 #include "algorithms/embedding/plan.h"
 #include "runtime/hash.h"
 
@@ -89,7 +90,8 @@ _Static_assert(sizeof(emb_hdr_t) == EMB_HDR_BYTES, "message header size");
 typedef struct emb_counters {
     _Atomic uint64_t lookups, ids, dup_ids, rows_local, rows_read, rows_owner, reads,
         bytes_fetched, updates, update_rows, slot_waits, slot_wait_ns, peer_failures,
-        torn_retries, torn_fallbacks;
+        torn_retries, torn_fallbacks, cache_hits, cache_misses, cache_expired, cache_admitted,
+        cache_rejected, cache_evicted, cache_hit_age_sum;
 } emb_counters_t;
 
 struct shs_emb_worker {
@@ -111,6 +113,13 @@ struct shs_emb_worker {
     size_t started_n;
     shs_status_t start_status;
     uint8_t force_via;        /* EMB_VIA_READ or _OWNER for every holder (calibrate.c) */
+    /* the hot-row cache (cache.h; capacity 0: off, and the arrays NULL) */
+    shs__emb_cache_t cache;
+    uint64_t lookup_tick;     /* this worker's lookups: the cache's clock */
+    uint64_t cache_gen;       /* e->cache_gen when the cache was last emptied */
+    uint8_t *hit;             /* per packed index: served by the cache (max_batch) */
+    const float **hit_src;    /* per packed index: the cached row */
+    uint32_t *fetch_epoch;    /* per packed index: its id's update epoch when fetched */
     emb_counters_t c;
 };
 
@@ -126,6 +135,12 @@ struct shs_emb {
     int nworkers;
     shs_emb_path_t path;
     unsigned read_tries;      /* SHS_EMB_READ_TRIES */
+    uint32_t cache_rows;      /* per worker: SHS_EMB_CACHE_ROWS or the param (0: off) */
+    uint32_t cache_age;       /* lookups a cached row is served for (SHS_EMB_CACHE_AGE) */
+    _Atomic uint32_t *epoch;  /* with the cache: update epochs by id hash (emb_epoch) */
+    _Atomic uint64_t *last_upd; /* per epoch: its last update, emb_upd_tag (0: none) */
+    uint32_t epoch_mask;
+    _Atomic uint64_t cache_gen; /* bumped by a load: every worker empties its cache */
     int op_timeout_ms;
     unsigned spin;
     uint32_t owner_reads;     /* SHS_EMB_OWNER_READS, or measured (calibrate.c) */
@@ -232,6 +247,25 @@ static inline uint8_t *emb_wbuf(const shs_emb_t *e, int w)
 static inline _Atomic uint64_t *emb_ack_word(const shs_emb_t *e, int w, int o)
 {
     return (_Atomic uint64_t *)(emb_wbuf(e, w) + e->w_ack_off + (size_t)o * sizeof(uint64_t));
+}
+
+/* The update epoch of row id (cache.h): this rank's updates bump it. */
+static inline uint32_t emb_epoch_at(const shs_emb_t *e, uint64_t id)
+{
+    return (uint32_t)((id * 0x9e3779b97f4a7c15ull) >> 32) & e->epoch_mask;
+}
+
+static inline _Atomic uint32_t *emb_epoch(const shs_emb_t *e, uint64_t id)
+{
+    return &e->epoch[emb_epoch_at(e, id)];
+}
+
+/* The last update of an epoch: which worker sent it to which holder, with
+ * what sequence; applied once that worker's ack word reaches it. */
+static inline uint64_t emb_upd_tag(int worker, int holder, uint64_t seq)
+{
+    return ((uint64_t)(worker + 1) << 56) | ((uint64_t)(uint16_t)holder << 40) |
+           (seq & ((1ull << 40) - 1));
 }
 
 static inline void emb_count(_Atomic uint64_t *c, uint64_t v)

@@ -22,13 +22,15 @@ shs_status_t shs__emb_plan_init(shs__emb_plan_t *p, const shs__emb_layout_t *l, 
     p->local = malloc((size_t)cap * sizeof(*p->local));
     p->owner_start = calloc((size_t)l->shards + 1, sizeof(*p->owner_start));
     p->count = calloc((size_t)l->shards, sizeof(*p->count));
+    p->fetch_end = calloc((size_t)l->shards, sizeof(*p->fetch_end));
     p->slot = malloc((size_t)cap * sizeof(*p->slot));
     p->hkey = malloc((size_t)hsize * sizeof(*p->hkey));
     p->hval = malloc((size_t)hsize * sizeof(*p->hval));
     p->hgen = calloc(hsize, sizeof(*p->hgen));
     p->seen = malloc((size_t)cap * sizeof(*p->seen));
     p->remap = malloc((size_t)cap * sizeof(*p->remap));
-    if (!p->row || !p->local || !p->owner_start || !p->count || !p->slot || !p->hkey ||
+    if (!p->row || !p->local || !p->owner_start || !p->count || !p->fetch_end || !p->slot ||
+        !p->hkey ||
         !p->hval || !p->hgen || !p->seen || !p->remap) {
         shs__emb_plan_fini(p);
         return SHS_ERR_NO_MEMORY;
@@ -44,6 +46,7 @@ void shs__emb_plan_fini(shs__emb_plan_t *p)
     free(p->local);
     free(p->owner_start);
     free(p->count);
+    free(p->fetch_end);
     free(p->slot);
     free(p->hkey);
     free(p->hval);
@@ -166,6 +169,7 @@ shs_status_t shs__emb_plan_build(shs__emb_plan_t *p, const uint64_t *ids, uint32
     for (uint32_t o = 0; o < l->shards; o++) {
         uint32_t lo = p->owner_start[o], hi = p->owner_start[o + 1];
         sort_bucket(p->local + lo, p->row + lo, from + lo, hi - lo);
+        p->fetch_end[o] = hi;
     }
     /* first-seen index -> packed index (seen[] is free again: reuse it) */
     uint64_t *packed_of = p->seen;
@@ -176,9 +180,33 @@ shs_status_t shs__emb_plan_build(shs__emb_plan_t *p, const uint64_t *ids, uint32
     return SHS_OK;
 }
 
+void shs__emb_plan_split(shs__emb_plan_t *p, uint32_t o, const uint8_t *hit, uint32_t n)
+{
+    uint32_t lo = p->owner_start[o], hi = p->owner_start[o + 1], at = lo;
+    uint32_t *to = p->remap;
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t i = lo; i < hi; i++)
+            if ((hit[i] != 0) == (pass == 1))
+                to[i] = at++;
+    uint32_t misses = lo;
+    for (uint32_t i = lo; i < hi; i++)
+        misses += hit[i] == 0;
+    uint64_t *tmp = p->seen; /* free after build */
+    for (uint32_t i = lo; i < hi; i++)
+        tmp[to[i]] = p->row[i];
+    memcpy(p->row + lo, tmp + lo, (size_t)(hi - lo) * sizeof(*tmp));
+    for (uint32_t i = lo; i < hi; i++)
+        tmp[to[i]] = p->local[i];
+    memcpy(p->local + lo, tmp + lo, (size_t)(hi - lo) * sizeof(*tmp));
+    for (uint32_t k = 0; k < n; k++)
+        if (p->slot[k] >= lo && p->slot[k] < hi)
+            p->slot[k] = to[p->slot[k]];
+    p->fetch_end[o] = misses;
+}
+
 uint32_t shs__emb_plan_run(const shs__emb_plan_t *p, uint32_t o, uint32_t i, uint32_t max_rows)
 {
-    uint32_t hi = p->owner_start[o + 1];
+    uint32_t hi = p->fetch_end[o];
     if (i >= hi || max_rows == 0)
         return 0;
     uint32_t len = 1;

@@ -69,6 +69,9 @@ typedef struct shs__emb_plan {
     uint64_t *row;
     uint64_t *local;
     uint32_t *owner_start; /* layout->shards + 1 */
+    /* per owner: the end of its rows to fetch, [owner_start[o], fetch_end[o]);
+     * owner_start[o + 1] unless shs__emb_plan_split set cached rows apart */
+    uint32_t *fetch_end;
     /* Per id of the batch: its distinct id's packed index. */
     uint32_t *slot;
     /* scratch: open-addressing table stamped with a generation, so that it
@@ -90,8 +93,16 @@ void shs__emb_plan_fini(shs__emb_plan_t *p);
 shs_status_t shs__emb_plan_build(shs__emb_plan_t *p, const uint64_t *ids, uint32_t n,
                                  uint32_t *bad_p);
 
-/* The longest run of owner o's planned ids, starting at packed index i, whose
- * local rows are consecutive (one READ can fetch them), at most max_rows. */
+/* Owner o's planned ids with hit[i] != 0 (hit per packed index, for i in
+ * o's range) move to the end of its range, the others stay at its start
+ * in their order (still sorted by local row), and fetch_end[o] ends them;
+ * the batch's n slots follow. Afterwards remap[i] is where packed index i
+ * went, for i in o's range. */
+void shs__emb_plan_split(shs__emb_plan_t *p, uint32_t o, const uint8_t *hit, uint32_t n);
+
+/* The longest run of owner o's planned ids to fetch (below fetch_end[o]),
+ * starting at packed index i, whose local rows are consecutive (one READ
+ * can fetch them), at most max_rows. */
 uint32_t shs__emb_plan_run(const shs__emb_plan_t *p, uint32_t o, uint32_t i, uint32_t max_rows);
 
 /* out[k] = packed[slot[k]] for the batch's n ids (rows of dim floats in

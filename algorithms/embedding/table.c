@@ -1,5 +1,6 @@
 /* Sharded embedding tables: create, destroy, stats, save and load
  * (embedding.h; the layout of memory in emb.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -259,6 +260,79 @@ static shs_status_t alloc_local(shs_emb_t *e)
     return SHS_OK;
 }
 
+/* Bytes of memory the kernel says it can still give (MemAvailable); 0
+ * when unknown. */
+static uint64_t mem_available_bytes(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f == NULL)
+        return 0;
+    char line[128];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kb * 1024u;
+}
+
+/* The hot-row cache's size and staleness bound (embedding.h, Cache): the
+ * params over the knobs; a cache the machine cannot hold twice over is
+ * refused. Local to each rank: ranks may differ. */
+static shs_status_t resolve_cache(shs_emb_t *e, const shs_emb_params_t *p,
+                                  const shs__config_t *cfg)
+{
+    bool set = (p->field_mask & SHS_EMB_PARAM_CACHE) != 0;
+    e->cache_rows = set ? p->cache_rows : (uint32_t)cfg->emb_cache_rows;
+    e->cache_age = set && p->cache_age != 0 ? p->cache_age : (uint32_t)cfg->emb_cache_age;
+    if (e->cache_rows > (1u << 28) || e->cache_age < 1 || e->cache_age > 1000000) {
+        SHS_ERROR("shs_emb_create: cache_rows %u (0..%u, SHS_EMB_CACHE_ROWS), cache_age %u "
+                  "(1..1000000 lookups, or 0 for SHS_EMB_CACHE_AGE)", e->cache_rows, 1u << 28,
+                  e->cache_age);
+        return SHS_ERR_CONFIG;
+    }
+    if (e->cache_rows == 0)
+        return SHS_OK;
+    uint64_t need = (uint64_t)e->nworkers * shs__emb_cache_bytes(e->cache_rows, e->stride);
+    uint64_t avail = mem_available_bytes();
+    if (avail != 0 && need > avail / 2) {
+        SHS_ERROR("shs_emb_create: a hot-row cache of %u rows x %d worker(s) needs %.1f MiB; "
+                  "the machine has %.1f MiB available, and a cache may take at most half of "
+                  "it (SHS_EMB_CACHE_ROWS, cache_rows)", e->cache_rows, e->nworkers,
+                  (double)need / 1048576.0, (double)avail / 1048576.0);
+        return SHS_ERR_CONFIG;
+    }
+    return SHS_OK;
+}
+
+/* Each worker's cache and scratch, and the rank's update epochs. */
+static shs_status_t alloc_caches(shs_emb_t *e)
+{
+    if (e->cache_rows == 0)
+        return SHS_OK;
+    uint32_t n = 1024;
+    while (n < 4u * e->cache_rows && n < (1u << 24))
+        n <<= 1;
+    e->epoch = calloc(n, sizeof(*e->epoch));
+    e->last_upd = calloc(n, sizeof(*e->last_upd));
+    if (e->epoch == NULL || e->last_upd == NULL)
+        return SHS_ERR_NO_MEMORY;
+    e->epoch_mask = n - 1;
+    for (int i = 0; i < e->nworkers; i++) {
+        shs_emb_worker_t *w = &e->workers[i];
+        shs_status_t st = shs__emb_cache_init(&w->cache, e->cache_rows, e->stride,
+                                              e->cache_age);
+        if (st != SHS_OK)
+            return st;
+        w->hit = malloc(e->max_batch);
+        w->hit_src = malloc((size_t)e->max_batch * sizeof(*w->hit_src));
+        w->fetch_epoch = malloc((size_t)e->max_batch * sizeof(*w->fetch_epoch));
+        if (w->hit == NULL || w->hit_src == NULL || w->fetch_epoch == NULL)
+            return SHS_ERR_NO_MEMORY;
+    }
+    return SHS_OK;
+}
+
 static shs_status_t make_endpoints(shs_emb_t *e)
 {
     /* endpoints pair by creation order on every rank: the apply thread's
@@ -341,6 +415,10 @@ static void free_table(shs_emb_t *e)
         free(w->lost);
         free(w->grads);
         free(w->torn);
+        shs__emb_cache_fini(&w->cache);
+        free(w->hit);
+        free(w->hit_src);
+        free(w->fetch_epoch);
         free(w->sent);
         free(w->answer_want);
         free(w->via);
@@ -352,6 +430,8 @@ static void free_table(shs_emb_t *e)
     shs_region_destroy(e->inbox);
     shs_region_destroy(e->shard);
     free(e->state);
+    free(e->epoch);
+    free(e->last_upd);
     free(e->expect);
     free(e->sender_gen);
     free(e->answer_pending);
@@ -391,8 +471,12 @@ shs_status_t shs_emb_create(shs_ctx_t *ctx, const shs_emb_params_t *params, shs_
         st = resolve_holders(e, params);
     if (st == SHS_OK) {
         plan_sizes(e);
-        st = alloc_local(e);
+        st = resolve_cache(e, params, cfg);
     }
+    if (st == SHS_OK)
+        st = alloc_local(e);
+    if (st == SHS_OK)
+        st = alloc_caches(e);
     if (!e->rejoined)
         st = agree(e, st);
     if (st != SHS_OK)
@@ -467,7 +551,17 @@ shs_status_t shs_emb_stats(const shs_emb_t *e, shs_emb_stats_t *s)
         s->peer_failures += rd(&c->peer_failures);
         s->torn_retries += rd(&c->torn_retries);
         s->torn_fallbacks += rd(&c->torn_fallbacks);
+        s->cache_hits += rd(&c->cache_hits);
+        s->cache_misses += rd(&c->cache_misses);
+        s->cache_expired += rd(&c->cache_expired);
+        s->cache_admitted += rd(&c->cache_admitted);
+        s->cache_rejected += rd(&c->cache_rejected);
+        s->cache_hit_age += (double)rd(&c->cache_hit_age_sum);
+        s->cache_bytes += shs__emb_cache_bytes(e->cache_rows, e->stride);
     }
+    s->cache_hit_age = s->cache_hits > 0 ? s->cache_hit_age / (double)s->cache_hits : 0.0;
+    s->cache_rows = e->workers != NULL ? e->workers[0].cache.capacity : 0;
+    s->cache_age = e->cache_age;
     s->applied_batches = rd(&e->applied_batches);
     s->applied_rows = rd(&e->applied_rows);
     s->served_lookups = rd(&e->served_lookups);
@@ -623,6 +717,8 @@ shs_status_t shs_emb_load(shs_emb_t *e, const char *dir)
     }
     if (st == SHS_OK && rows != NULL)
         load_commit(e, rows, state);
+    if (st == SHS_OK) /* every worker's cache holds rows of before */
+        atomic_fetch_add(&e->cache_gen, 1);
     free(rows);
     free(state);
     shs_status_t bs = shs_ctx_barrier(e->ctx);

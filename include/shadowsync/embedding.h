@@ -63,6 +63,25 @@
  * (SHS_ERR_TIMEOUT). The words cost 8 bytes a row (rows are padded to 8
  * bytes) in the shard and on the wire.
  *
+ * Cache (off by default). With cache_rows > 0 (or SHS_EMB_CACHE_ROWS)
+ * each worker keeps up to that many rows of other holders, whole (checked
+ * as above before they are kept), and serves a lookup's rows from it
+ * instead of fetching them: 4-way sets, admission by frequency (a row
+ * takes a full set's place only when it was asked for more often lately
+ * than the row it replaces). Staleness is bounded: a row is served for at
+ * most cache_age of this worker's lookups (SHS_EMB_CACHE_AGE, default 16)
+ * since the lookup that fetched it, then fetched again; and an update of
+ * a row by any worker of this rank makes the rank's workers fetch it
+ * again at once. Updates still go to the holders, and other ranks'
+ * updates reach a cached row only when it is fetched again: with the
+ * cache, a lookup after every worker's flush and a barrier can still
+ * return a row up to cache_age lookups old. shs_emb_load empties every
+ * cache. Rows of this rank's own shard are never cached. Stats: hits,
+ * misses, expired rows, admissions and rejections, the mean age of a hit.
+ * Memory: per worker about cache_rows x (dim x 4 + 32) bytes; create
+ * refuses (SHS_ERR_CONFIG) a cache the machine's available memory cannot
+ * hold twice over.
+ *
  * Failures. A holder that dies makes lookups and updates of its rows fail
  * with SHS_ERR_PEER_FAILED (within the op timeout, never a hang); the rest
  * of the table keeps working and the stats count the failures. Its rows
@@ -132,7 +151,8 @@ enum {
     SHS_EMB_PARAM_WORKERS = 1u << 7,
     SHS_EMB_PARAM_PATH = 1u << 8,
     SHS_EMB_PARAM_SLOTS = 1u << 9,
-    SHS_EMB_PARAM_REJOIN_DIR = 1u << 10
+    SHS_EMB_PARAM_REJOIN_DIR = 1u << 10,
+    SHS_EMB_PARAM_CACHE = 1u << 11     /* cache_rows and cache_age */
 };
 
 typedef struct shs_emb_params {
@@ -156,6 +176,10 @@ typedef struct shs_emb_params {
     const char *rejoin_dir; /* on a rank that rejoined a running job: the save
                                (shs_emb_save) its shard is loaded from; ignored
                                on the others */
+    uint32_t cache_rows;   /* per worker, rows of other holders cached (0: none; 0..2^28);
+                              unset: SHS_EMB_CACHE_ROWS (default 0) */
+    uint32_t cache_age;    /* lookups a cached row is served for, 1..10^6, or 0:
+                              SHS_EMB_CACHE_AGE (default 16) */
 } shs_emb_params_t;
 
 /*
@@ -295,6 +319,16 @@ typedef struct shs_emb_stats {
     uint64_t torn_retries;     /* row copies that failed their check and were made again */
     uint64_t torn_fallbacks;   /* remote rows still torn after SHS_EMB_READ_TRIES reads,
                                   taken by the owner path */
+    /* the hot-row cache (see Cache above); this rank's workers */
+    uint32_t cache_rows;       /* per worker (resolved; rounded up to whole sets), 0: off */
+    uint32_t cache_age;        /* lookups a cached row is served for */
+    uint64_t cache_hits;       /* distinct rows of lookups served from the cache */
+    uint64_t cache_misses;     /* remote rows not in the cache */
+    uint64_t cache_expired;    /* remote rows in it but too old or updated here since */
+    uint64_t cache_admitted;   /* fetched rows taken in */
+    uint64_t cache_rejected;   /* fetched rows left out: asked for less than the incumbents */
+    double cache_hit_age;      /* mean age of a hit, in lookups (0..cache_age - 1) */
+    uint64_t cache_bytes;      /* memory of every worker's cache */
 } shs_emb_stats_t;
 
 /* shs_emb_stats - a snapshot of this rank's counters; thread-safe (relaxed

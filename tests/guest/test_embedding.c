@@ -31,6 +31,10 @@
  *            again, every rank's updates after that land exactly once in
  *            every shard (its rows as saved, plus what came after), and a
  *            save and a load after the rejoin keep them
+ *   cache    a hot-row cache (age 6): repeated lookups are served from it
+ *            with the reference rows; this rank's own updates are seen by
+ *            its next lookup after its flush; the other ranks' updates at
+ *            the latest after 6 more lookups; bad sizes are refused
  *   torn     on every rank one worker updates a small hot table flat out
  *            (every element of a row counts the updates it got, so a row is
  *            whole exactly when its elements are equal and integral) while
@@ -849,6 +853,103 @@ static void case_rejoin(shs_ctx_t *ctx)
     shs_emb_destroy(emb);
 }
 
+/* ----------------------------------------------------------------- cache */
+
+#define CACHE_AGE 6
+#define CACHE_N 200
+
+static void cache_ids(int r, uint64_t *ids)
+{
+    for (int i = 0; i < CACHE_N; i++)
+        ids[i] = (uint64_t)(r * 1000 + i * 3) % ROWS;
+}
+
+/* delta of the rows rank r updates in its round k: -LR * (k + 1) / 8 */
+static void cache_expect(const uint64_t *ids, const float *out, float add, const char *what)
+{
+    float want[DIM];
+    for (int i = 0; i < CACHE_N; i++) {
+        shs_emb_init_row(SEED, ids[i], 0.5f, want, DIM);
+        for (int j = 0; j < DIM; j++)
+            if (out[i * DIM + j] != want[j] + add)
+                fail("%s: id %llu col %d is %.9g, expected %.9g", what,
+                     (unsigned long long)ids[i], j, (double)out[i * DIM + j],
+                     (double)(want[j] + add));
+    }
+}
+
+static void case_cache_path(shs_ctx_t *ctx, shs_emb_path_t path, const char *what)
+{
+    static uint64_t mine[CACHE_N], theirs[CACHE_N];
+    static float out[CACHE_N * DIM], g[CACHE_N * DIM];
+    shs_emb_params_t p = params(SHS_EMB_MAP_MODULO, path, 1);
+    p.field_mask |= SHS_EMB_PARAM_CACHE | SHS_EMB_PARAM_LR;
+    p.lr = 1.0f;
+    p.cache_rows = 1024;
+    p.cache_age = CACHE_AGE;
+    shs_emb_t *emb;
+    CHECK_OK(shs_emb_create(ctx, &p, &emb));
+    shs_emb_worker_t *w = shs_emb_worker(emb, 0);
+    int n = shs_ctx_size(ctx);
+    cache_ids(g_rank, mine);
+    cache_ids((g_rank + 1) % n, theirs); /* the next rank updates these */
+    /* repeated lookups: rows right, and served from the cache */
+    for (int k = 0; k < 3; k++) {
+        CHECK_OK(shs_emb_lookup(w, mine, CACHE_N, out, CACHE_N * DIM));
+        cache_expect(mine, out, 0.0f, what);
+        CHECK_OK(shs_emb_lookup(w, theirs, CACHE_N, out, CACHE_N * DIM));
+        cache_expect(theirs, out, 0.0f, what);
+    }
+    shs_emb_stats_t s;
+    CHECK_OK(shs_emb_stats(emb, &s));
+    if (s.cache_hits == 0 || s.cache_admitted == 0 || s.cache_rows < 1024 ||
+        s.cache_age != CACHE_AGE)
+        fail("%s: %llu hits, %llu admitted, %u rows, age %u", what,
+             (unsigned long long)s.cache_hits, (unsigned long long)s.cache_admitted,
+             s.cache_rows, s.cache_age);
+    CHECK_OK(shs_ctx_barrier(ctx));
+    /* this rank's update of its rows (cached now): its next lookup after
+     * the flush sees it */
+    for (size_t i = 0; i < CACHE_N * DIM; i++)
+        g[i] = -0.25f;
+    CHECK_OK(shs_emb_update(w, mine, CACHE_N, g));
+    CHECK_OK(shs_emb_flush(w, SHS_TIMEOUT_DEFAULT));
+    CHECK_OK(shs_emb_lookup(w, mine, CACHE_N, out, CACHE_N * DIM));
+    cache_expect(mine, out, 0.25f, "own update");
+    /* the others' updates of rows cached here: seen after at most
+     * CACHE_AGE more lookups */
+    CHECK_OK(shs_ctx_barrier(ctx)); /* every rank updated and flushed */
+    for (int k = 0; k < CACHE_AGE; k++)
+        CHECK_OK(shs_emb_lookup(w, theirs, CACHE_N, out, CACHE_N * DIM));
+    cache_expect(theirs, out, 0.25f, "the next rank's update, CACHE_AGE lookups later");
+    CHECK_OK(shs_emb_stats(emb, &s));
+    printf("rank %d: %s: %llu hits, %llu misses, %llu expired, %llu admitted, %llu rejected, "
+           "mean hit age %.2f lookups, %llu cache bytes\n", g_rank, what,
+           (unsigned long long)s.cache_hits, (unsigned long long)s.cache_misses,
+           (unsigned long long)s.cache_expired, (unsigned long long)s.cache_admitted,
+           (unsigned long long)s.cache_rejected, s.cache_hit_age,
+           (unsigned long long)s.cache_bytes);
+    shs_emb_destroy(emb);
+}
+
+static void case_cache(shs_ctx_t *ctx)
+{
+    case_cache_path(ctx, SHS_EMB_PATH_READ, "cache/read");
+    case_cache_path(ctx, SHS_EMB_PATH_OWNER, "cache/owner");
+    /* bad sizes: refused alike on every rank */
+    shs_emb_params_t p = params(SHS_EMB_MAP_MODULO, SHS_EMB_PATH_AUTO, 1);
+    p.field_mask |= SHS_EMB_PARAM_CACHE;
+    shs_emb_t *emb = NULL;
+    p.cache_rows = 16;
+    p.cache_age = 1000001;
+    CHECK_EQ(shs_emb_create(ctx, &p, &emb), SHS_ERR_CONFIG);
+    p.cache_age = 4;
+    p.cache_rows = 1u << 28; /* 2^28 rows of 64 bytes: more than half this guest has */
+    CHECK_EQ(shs_emb_create(ctx, &p, &emb), SHS_ERR_CONFIG);
+    if (emb != NULL)
+        fail("a refused create wrote the handle");
+}
+
 /* ------------------------------------------------------------------ torn */
 
 #define TORN_ROWS 4096
@@ -970,7 +1071,7 @@ static void case_torn(shs_ctx_t *ctx)
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: %s rows|update|shadow|kill|bad|save|rejoin|torn\n", argv[0]);
+        fprintf(stderr, "usage: %s rows|update|shadow|kill|bad|save|rejoin|torn|cache\n", argv[0]);
         return RC_FAIL;
     }
     if (!have_rdma_device()) {
@@ -998,6 +1099,8 @@ int main(int argc, char **argv)
         case_rejoin(ctx);
     else if (strcmp(argv[1], "torn") == 0)
         case_torn(ctx);
+    else if (strcmp(argv[1], "cache") == 0)
+        case_cache(ctx);
     else
         fail("unknown case %s", argv[1]);
     CHECK_OK(shs_ctx_barrier(ctx));

@@ -12,6 +12,7 @@
 
 #include <shadowsync/embedding.h>
 
+#include "algorithms/embedding/cache.h"
 #include "algorithms/embedding/plan.h"
 #include "algorithms/embedding/store.h"
 #include "unit.h"
@@ -199,6 +200,108 @@ START_TEST(init_range_large_table)
                               "scale %g row %llu col %d: %g", (double)odd[si],
                               (unsigned long long)r, j, (double)a[j]);
         }
+}
+END_TEST
+
+/* The hot-row cache: a fresh row is served until max_age lookups passed or
+ * its epoch moved; a full set admits a row only when it is asked for more
+ * often than the way it would replace. */
+START_TEST(cache_age_epoch_admission)
+{
+    enum { STRIDE = 6 };
+    shs__emb_cache_t c;
+    float row[STRIDE] = {1, 2, 3, 4, 5, 6}, other[STRIDE] = {9, 9, 9, 9, 9, 9};
+    ck_assert_int_eq(shs__emb_cache_init(&c, 0, STRIDE, 4), SHS_OK); /* off */
+    ck_assert_ptr_null(shs__emb_cache_get(&c, 7, 1, 0));
+    shs__emb_cache_offer(&c, 7, row, 1, 0);
+    ck_assert_ptr_null(shs__emb_cache_get(&c, 7, 1, 0));
+    shs__emb_cache_fini(&c);
+    ck_assert_int_eq(shs__emb_cache_init(&c, 8, 0, 4), SHS_ERR_INVALID_ARG);
+    ck_assert_int_eq(shs__emb_cache_init(&c, 8, STRIDE, 0), SHS_ERR_INVALID_ARG);
+
+    ck_assert_int_eq(shs__emb_cache_init(&c, 8, STRIDE, 4), SHS_OK);
+    ck_assert_uint_eq(c.capacity, 8);
+    ck_assert_ptr_null(shs__emb_cache_get(&c, 7, 1, 0)); /* a miss */
+    shs__emb_cache_offer(&c, 7, row, 1, 0);
+    for (uint64_t t = 1; t < 5; t++) { /* fetched at 1: served at 1..4 */
+        const float *got = shs__emb_cache_get(&c, 7, t, 0);
+        ck_assert_ptr_nonnull(got);
+        ck_assert(memcmp(got, row, sizeof(row)) == 0);
+    }
+    ck_assert_ptr_null(shs__emb_cache_get(&c, 7, 5, 0)); /* too old */
+    ck_assert_uint_eq(c.expired, 1);
+    shs__emb_cache_offer(&c, 7, row, 5, 3);
+    ck_assert_ptr_null(shs__emb_cache_get(&c, 7, 6, 4)); /* updated since */
+    ck_assert_uint_eq(c.expired, 2);
+    ck_assert_uint_eq(c.hits, 4);
+    ck_assert_uint_eq(c.hit_age_sum, 0 + 1 + 2 + 3);
+    shs__emb_cache_fini(&c);
+
+    /* one set of 4 ways: ids 0..3 fill it; id 100, asked for once, does
+     * not displace the hot ones; asked for often, it does */
+    ck_assert_int_eq(shs__emb_cache_init(&c, 4, STRIDE, 1000), SHS_OK);
+    for (uint64_t id = 0; id < 4; id++) {
+        for (int k = 0; k < 5; k++)
+            (void)shs__emb_cache_get(&c, id, 1, 0);
+        shs__emb_cache_offer(&c, id, row, 1, 0);
+    }
+    (void)shs__emb_cache_get(&c, 100, 2, 0);
+    shs__emb_cache_offer(&c, 100, other, 2, 0);
+    ck_assert_uint_eq(c.rejected, 1);
+    ck_assert_ptr_null(shs__emb_cache_get(&c, 100, 3, 0));
+    for (int k = 0; k < 20; k++)
+        (void)shs__emb_cache_get(&c, 100, 3, 0);
+    shs__emb_cache_offer(&c, 100, other, 3, 0);
+    ck_assert_uint_eq(c.evicted, 1);
+    const float *got = shs__emb_cache_get(&c, 100, 4, 0);
+    ck_assert_ptr_nonnull(got);
+    ck_assert(memcmp(got, other, sizeof(other)) == 0);
+    int kept = 0;
+    for (uint64_t id = 0; id < 4; id++)
+        kept += shs__emb_cache_get(&c, id, 4, 0) != NULL;
+    ck_assert_int_eq(kept, 3);
+    ck_assert_uint_gt(shs__emb_cache_bytes(4, STRIDE), 4 * STRIDE * sizeof(float));
+    shs__emb_cache_fini(&c);
+}
+END_TEST
+
+/* A split sets an owner's cached rows apart: the rest keep their order
+ * (and runs), and every id of the batch still finds its row. */
+START_TEST(plan_split_cached)
+{
+    shs__emb_layout_t l;
+    shs__emb_plan_t p;
+    ck_assert_int_eq(shs__emb_layout_init(&l, 64, 2, SHS__EMB_MAP_MODULO), SHS_OK);
+    ck_assert_int_eq(shs__emb_plan_init(&p, &l, 16), SHS_OK);
+    const uint64_t ids[] = {2, 4, 6, 8, 10, 4, 3, 5, 2};
+    uint32_t bad;
+    ck_assert_int_eq(shs__emb_plan_build(&p, ids, 9, &bad), SHS_OK);
+    /* owner 0: ids 2, 4, 6, 8, 10 at packed 0..4 (local 1..5) */
+    ck_assert_uint_eq(p.owner_start[1], 5);
+    ck_assert_uint_eq(shs__emb_plan_run(&p, 0, 0, 100), 5);
+    uint8_t hit[16] = {0};
+    hit[1] = 1; /* id 4 */
+    hit[3] = 1; /* id 8 */
+    ck_assert_uint_eq(p.fetch_end[0], 5);
+    shs__emb_plan_split(&p, 0, hit, 9);
+    ck_assert_uint_eq(p.fetch_end[0], 3);
+    ck_assert_uint_eq(p.fetch_end[1], p.owner_start[2]);
+    ck_assert_uint_eq(p.row[0], 2);
+    ck_assert_uint_eq(p.row[1], 6);
+    ck_assert_uint_eq(p.row[2], 10);
+    ck_assert_uint_eq(p.row[3], 4);
+    ck_assert_uint_eq(p.row[4], 8);
+    ck_assert_uint_eq(p.remap[1], 3);
+    ck_assert_uint_eq(p.remap[3], 4);
+    ck_assert_uint_eq(shs__emb_plan_run(&p, 0, 0, 100), 1); /* local 1, then 3 */
+    for (uint32_t k = 0; k < 9; k++) {
+        ck_assert_uint_eq(p.row[p.slot[k]], ids[k]);
+        uint32_t o;
+        uint64_t loc;
+        shs__emb_locate(&l, ids[k], &o, &loc);
+        ck_assert_uint_eq(p.local[p.slot[k]], loc);
+    }
+    shs__emb_plan_fini(&p);
 }
 END_TEST
 
@@ -710,6 +813,8 @@ Suite *embedding_suite(void)
     tcase_add_test(tc, load_refuses_spoilt_saves);
     tcase_add_test(tc, save_drops_the_stride);
     tcase_add_test(tc, owner_reads_crossover);
+    tcase_add_test(tc, cache_age_epoch_admission);
+    tcase_add_test(tc, plan_split_cached);
     suite_add_tcase(s, tc);
     /* 7.7 million values: a second of CPU, more under valgrind or load */
     TCase *big = tcase_create("init");
