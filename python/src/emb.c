@@ -198,7 +198,7 @@ static PyObject *table_stats(shspy_table_t *self, PyObject *unused)
 #define U(x) (unsigned long long)(x)
     return Py_BuildValue(
         "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:K,"
-        "s:K,s:K,s:K,s:K,s:K}",
+        "s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:K,s:K,s:K,s:K,s:K,s:d,s:K}",
         "lookups", U(s.lookups), "ids", U(s.ids), "dup_ids", U(s.dup_ids), "rows_local",
         U(s.rows_local), "rows_read", U(s.rows_read), "rows_owner", U(s.rows_owner), "reads",
         U(s.reads), "bytes_fetched", U(s.bytes_fetched), "updates", U(s.updates), "update_rows",
@@ -208,7 +208,11 @@ static PyObject *table_stats(shspy_table_t *self, PyObject *unused)
         U(s.served_rows), "apply_lag_max", U(s.apply_lag_max), "apply_busy_ms", s.apply_busy_ms,
         "shard_rows", U(s.shard_rows), "shard_bytes", U(s.shard_bytes), "state_bytes",
         U(s.state_bytes), "registered_bytes", U(s.registered_bytes), "torn_retries",
-        U(s.torn_retries), "torn_fallbacks", U(s.torn_fallbacks));
+        U(s.torn_retries), "torn_fallbacks", U(s.torn_fallbacks), "cache_rows", s.cache_rows,
+        "cache_age", s.cache_age, "cache_hits", U(s.cache_hits), "cache_misses",
+        U(s.cache_misses), "cache_expired", U(s.cache_expired), "cache_admitted",
+        U(s.cache_admitted), "cache_rejected", U(s.cache_rejected), "cache_hit_age",
+        s.cache_hit_age, "cache_bytes", U(s.cache_bytes));
 #undef U
 }
 
