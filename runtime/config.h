@@ -94,6 +94,7 @@ typedef struct shs__config {
     int emb_read_tries;        /* SHS_EMB_READ_TRIES reads of a row before the owner path */
     int emb_cache_rows;        /* SHS_EMB_CACHE_ROWS per worker (0: no cache) */
     int emb_cache_age;         /* SHS_EMB_CACHE_AGE lookups */
+    int emb_cache_own;         /* SHS_EMB_CACHE_OWN: 0 refetch, 1 keep */
 } shs__config_t;
 
 /* How the environment is read: getenv, or a fake one in tests. */

@@ -238,6 +238,72 @@ shs_status_t shs_read(shs_ctx_t *ctx, int peer, shs_region_t *local, size_t loca
                    false, 0, flags);
 }
 
+/* How many of iov[k..n) go into one chain: one piece each (len 1..the READ
+ * chunk), at most post_batch of them. */
+static unsigned read_chain(const shs_ctx_t *ctx, const shs_rma_iov_t *iov, size_t k, size_t n)
+{
+    unsigned m = 0;
+    while (k + m < n && m < (unsigned)ctx->post_batch && iov[k + m].len > 0 &&
+           iov[k + m].len <= ctx->read_chunk)
+        m++;
+    return m;
+}
+
+shs_status_t shs_read_list(shs_ctx_t *ctx, int peer, shs_region_t *local, shs_region_t *remote,
+                           const shs_rma_iov_t *iov, size_t n, unsigned flags)
+{
+    if (iov == NULL && n > 0)
+        return SHS_ERR_INVALID_ARG;
+    for (size_t k = 0; k < n; k++) {
+        shs_status_t st = check_op(ctx, peer, local, iov[k].local_off, remote,
+                                   iov[k].remote_off, iov[k].len, true);
+        if (st != SHS_OK)
+            return st;
+    }
+    if (n == 0)
+        return SHS_OK;
+    shs__peer_t *p = &ctx->peers[peer];
+    const shs__remote_t *rm = &remote->remote[peer];
+    shs__conn_t *conn = &p->conns[p->rr++ % (unsigned)ctx->cfg.qps_per_peer];
+    for (size_t k = 0; k < n;) {
+        unsigned m = read_chain(ctx, iov, k, n);
+        if (m == 0) { /* empty or longer than a piece: as shs_read splits it */
+            shs_status_t st = post_op(ctx, peer, local, iov[k].local_off, remote,
+                                      iov[k].remote_off, iov[k].len, IBV_WR_RDMA_READ, false,
+                                      0, k + 1 == n ? flags : 0);
+            if (st != SHS_OK)
+                return st;
+            k++;
+            continue;
+        }
+        uint64_t bytes = 0;
+        for (unsigned j = 0; j < m; j++)
+            bytes += iov[k + j].len;
+        shs_status_t st = reserve(ctx, conn, m, bytes);
+        if (st != SHS_OK)
+            return st;
+        for (unsigned j = 0; j < m; j++) {
+            const shs_rma_iov_t *v = &iov[k + j];
+            struct ibv_sge *sge = &ctx->sge[j];
+            struct ibv_send_wr *wr = &ctx->wr[j];
+            sge->addr = (uintptr_t)local->addr + v->local_off;
+            sge->length = (uint32_t)v->len;
+            sge->lkey = local->mr != NULL ? local->mr->lkey : 0;
+            wr->sg_list = sge;
+            wr->num_sge = 1;
+            wr->opcode = IBV_WR_RDMA_READ;
+            wr->imm_data = 0;
+            wr->wr.rdma.remote_addr = rm->addr + v->remote_off;
+            wr->wr.rdma.rkey = rm->rkey;
+            fill_wr(ctx, conn, j, v->len, k + j + 1 == n && (flags & SHS_OP_SIGNAL));
+        }
+        if ((st = post_batch(ctx, conn, m)) != SHS_OK)
+            return st;
+        k += m;
+    }
+    return SHS_OK;
+}
+
 shs_status_t shs_write_imm(shs_ctx_t *ctx, int peer, shs_region_t *local, size_t local_off,
                            shs_region_t *remote, size_t remote_off, size_t len, uint32_t imm,
                            unsigned flags)

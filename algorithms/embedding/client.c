@@ -220,21 +220,28 @@ static shs_status_t read_rows(shs_emb_worker_t *w, int o, uint32_t i, uint32_t r
     return st;
 }
 
+/* Holder o's rows to fetch, one READ per run of adjacent rows, posted as
+ * one list (a doorbell per chain of READs, not per READ). */
 static shs_status_t post_reads(shs_emb_worker_t *w, int o)
 {
+    const shs_emb_t *e = w->emb;
     const shs__emb_plan_t *p = &w->plan;
     uint32_t hi = p->fetch_end[o];
+    size_t n = 0, base = (size_t)w->index * e->w_bytes + e->w_rows_off;
     for (uint32_t i = p->owner_start[o]; i < hi;) {
         uint32_t run = shs__emb_plan_run(p, (uint32_t)o, i, UINT32_MAX);
-        shs_status_t st = read_rows(w, o, i, run, i + run == hi);
-        if (st != SHS_OK) {
-            if (st == SHS_ERR_PEER_FAILED)
-                emb_count(&w->c.peer_failures, 1);
-            return st;
-        }
+        w->iov[n++] = (shs_rma_iov_t){.local_off = base + (size_t)i * e->stride_bytes,
+                                      .remote_off = p->local[i] * e->stride_bytes,
+                                      .len = (size_t)run * e->stride_bytes};
         i += run;
     }
-    return SHS_OK;
+    shs_status_t st = shs_read_list(w->ep, e->holder_rank[o], e->wbuf, e->shard, w->iov, n,
+                                    SHS_OP_SIGNAL);
+    if (st == SHS_OK)
+        emb_count(&w->c.reads, n);
+    else if (st == SHS_ERR_PEER_FAILED)
+        emb_count(&w->c.peer_failures, 1);
+    return st;
 }
 
 /* This rank's own rows, copied while its apply thread may be updating
@@ -332,8 +339,11 @@ static void cache_serve(shs_emb_worker_t *w, int o, uint32_t n)
     const shs_emb_t *e = w->emb;
     shs__emb_plan_t *p = &w->plan;
     uint32_t lo = p->owner_start[o], hi = p->owner_start[o + 1], hits = 0;
+    bool epochs = e->epoch != NULL; /* else SHS_EMB_CACHE_OWN=keep */
     for (uint32_t i = lo; i < hi; i++) {
-        uint32_t ep = atomic_load_explicit(emb_epoch(e, p->row[i]), memory_order_acquire);
+        uint32_t ep = epochs ? atomic_load_explicit(emb_epoch(e, p->row[i]),
+                                                    memory_order_acquire)
+                             : 0;
         w->hit_src[i] = shs__emb_cache_get(&w->cache, p->row[i], w->lookup_tick, ep);
         w->hit[i] = w->hit_src[i] != NULL;
         hits += w->hit[i];
@@ -347,9 +357,9 @@ static void cache_serve(shs_emb_worker_t *w, int o, uint32_t n)
                        e->stride_bytes);
     }
     for (uint32_t i = lo; i < p->fetch_end[o]; i++) {
-        uint32_t at = emb_epoch_at(e, p->row[i]);
-        w->fetch_epoch[i] = atomic_load_explicit(&e->epoch[at], memory_order_acquire);
-        w->hit[i] = update_in_flight(e, at); /* its fetch may miss it: not kept */
+        uint32_t at = epochs ? emb_epoch_at(e, p->row[i]) : 0;
+        w->fetch_epoch[i] = epochs ? atomic_load_explicit(&e->epoch[at], memory_order_acquire) : 0;
+        w->hit[i] = epochs && update_in_flight(e, at); /* its fetch may miss it: not kept */
     }
 }
 
@@ -360,8 +370,10 @@ static void cache_keep(shs_emb_worker_t *w, int o)
     const shs__emb_plan_t *p = &w->plan;
     const float *packed = packed_rows(w);
     for (uint32_t i = p->owner_start[o]; i < p->fetch_end[o]; i++)
-        if (!w->hit[i] && atomic_load_explicit(emb_epoch(e, p->row[i]),
-                                               memory_order_acquire) == w->fetch_epoch[i])
+        if (!w->hit[i] &&
+            (e->epoch == NULL ||
+             atomic_load_explicit(emb_epoch(e, p->row[i]), memory_order_acquire) ==
+                 w->fetch_epoch[i]))
             shs__emb_cache_offer(&w->cache, p->row[i], packed + (size_t)i * e->stride,
                                  w->lookup_tick, w->fetch_epoch[i]);
 }

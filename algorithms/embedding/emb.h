@@ -58,6 +58,7 @@
 
 #include <shadowsync/embedding.h>
 #include <shadowsync/region.h>
+#include <shadowsync/rma.h>
 
 #include "algorithms/embedding/cache.h"
 #include "algorithms/embedding/plan.h"
@@ -102,6 +103,7 @@ struct shs_emb_worker {
     shs__emb_plan_t uplan;    /* the update's, so an update between start and wait is safe */
     float *grads;             /* summed gradient rows of a batch (max_batch x dim) */
     uint32_t *torn;           /* packed indices of READ rows that failed their check */
+    shs_rma_iov_t *iov;       /* a holder's READs of one lookup (max_batch) */
     bool *gone;               /* per holder: an answer timed out; late bytes could land */
     uint64_t *sent;           /* per holder: last sequence sent */
     uint64_t *answer_want;    /* per holder: the stamp an owner-path answer will carry */
@@ -137,6 +139,7 @@ struct shs_emb {
     unsigned read_tries;      /* SHS_EMB_READ_TRIES */
     uint32_t cache_rows;      /* per worker: SHS_EMB_CACHE_ROWS or the param (0: off) */
     uint32_t cache_age;       /* lookups a cached row is served for (SHS_EMB_CACHE_AGE) */
+    bool cache_keep_own;      /* SHS_EMB_CACHE_OWN=keep: no epochs (e->epoch NULL) */
     _Atomic uint32_t *epoch;  /* with the cache: update epochs by id hash (emb_epoch) */
     _Atomic uint64_t *last_upd; /* per epoch: its last update, emb_upd_tag (0: none) */
     uint32_t epoch_mask;

@@ -247,13 +247,14 @@ static shs_status_t alloc_local(shs_emb_t *e)
             return st;
         w->grads = malloc((size_t)e->max_batch * e->row_bytes);
         w->torn = malloc((size_t)e->max_batch * sizeof(uint32_t));
+        w->iov = malloc((size_t)e->max_batch * sizeof(*w->iov));
         w->sent = calloc(S, sizeof(uint64_t));
         w->answer_want = calloc(S, sizeof(uint64_t));
         w->via = calloc(S, 1);
         w->gone = calloc(S, sizeof(bool));
         w->holder_gen = calloc(S, sizeof(unsigned));
         w->lost = calloc(S, sizeof(bool));
-        if (w->grads == NULL || w->torn == NULL || w->sent == NULL || w->answer_want == NULL || w->via == NULL ||
+        if (w->grads == NULL || w->torn == NULL || w->iov == NULL || w->sent == NULL || w->answer_want == NULL || w->via == NULL ||
             w->gone == NULL || w->holder_gen == NULL || w->lost == NULL)
             return SHS_ERR_NO_MEMORY;
     }
@@ -310,14 +311,16 @@ static shs_status_t alloc_caches(shs_emb_t *e)
 {
     if (e->cache_rows == 0)
         return SHS_OK;
-    uint32_t n = 1024;
-    while (n < 4u * e->cache_rows && n < (1u << 24))
-        n <<= 1;
-    e->epoch = calloc(n, sizeof(*e->epoch));
-    e->last_upd = calloc(n, sizeof(*e->last_upd));
-    if (e->epoch == NULL || e->last_upd == NULL)
-        return SHS_ERR_NO_MEMORY;
-    e->epoch_mask = n - 1;
+    if (!e->cache_keep_own) { /* keep: no epochs, own updates leave cached rows be */
+        uint32_t n = 1024;
+        while (n < 4u * e->cache_rows && n < (1u << 24))
+            n <<= 1;
+        e->epoch = calloc(n, sizeof(*e->epoch));
+        e->last_upd = calloc(n, sizeof(*e->last_upd));
+        if (e->epoch == NULL || e->last_upd == NULL)
+            return SHS_ERR_NO_MEMORY;
+        e->epoch_mask = n - 1;
+    }
     for (int i = 0; i < e->nworkers; i++) {
         shs_emb_worker_t *w = &e->workers[i];
         shs_status_t st = shs__emb_cache_init(&w->cache, e->cache_rows, e->stride,
@@ -415,6 +418,7 @@ static void free_table(shs_emb_t *e)
         free(w->lost);
         free(w->grads);
         free(w->torn);
+        free(w->iov);
         shs__emb_cache_fini(&w->cache);
         free(w->hit);
         free(w->hit_src);
@@ -461,6 +465,7 @@ shs_status_t shs_emb_create(shs_ctx_t *ctx, const shs_emb_params_t *params, shs_
     e->apply_nap_ns = (long)cfg->emb_apply_nap_us * 1000L;
     e->want_slots = cfg->emb_slots; /* -1: auto */
     e->read_tries = (unsigned)cfg->emb_read_tries;
+    e->cache_keep_own = cfg->emb_cache_own == 1;
     atomic_init(&e->apply_stop, false);
     /* a rank that rejoined, making the job's tables again: the job's ranks
      * are not in this call, so nothing below is collective (docs/failures.md) */

@@ -131,6 +131,11 @@ static void sharded_tables(ctr_run_t *r, ctr_hybrid_t *hy)
     p.seed = r->o.seed;
     p.max_batch = (uint32_t)(hy->batch * DLRM_FIELDS);
     p.workers = r->o.workers + 1; /* the last one evaluates */
+    if (r->o.emb_cache > 0) {
+        p.field_mask |= SHS_EMB_PARAM_CACHE;
+        p.cache_rows = r->o.emb_cache;
+        p.cache_age = r->o.emb_cache_age;
+    }
     CTR_CHECK(shs_emb_create(r->ctx, &p, &hy->emb));
 }
 
@@ -393,6 +398,15 @@ void ctr_hybrid_print(const ctr_run_t *r, const ctr_result_t *res)
            fetched > 0 ? 100.0 * (double)(s->rows_read + s->rows_owner) / (double)fetched : 0.0,
            per_s(s->update_rows, res), (unsigned long long)s->update_rows,
            (unsigned long long)s->applied_rows, (unsigned long long)atomic_load(&hy->emb_errors));
+    uint64_t asked = s->cache_hits + s->cache_misses + s->cache_expired;
+    if (s->cache_rows > 0)
+        printf("%-10s rank %d: hot-row cache of %u rows x %d workers (age %u lookups): "
+               "%.1f %% of remote rows served from it, mean age of a hit %.2f lookups, "
+               "%llu admitted, %llu rejected\n",
+               r->o.label, r->rank, s->cache_rows, r->o.workers + 1, s->cache_age,
+               asked > 0 ? 100.0 * (double)s->cache_hits / (double)asked : 0.0,
+               s->cache_hit_age, (unsigned long long)s->cache_admitted,
+               (unsigned long long)s->cache_rejected);
 }
 
 void ctr_hybrid_json(const ctr_run_t *r, FILE *f, const ctr_result_t *res)
@@ -404,7 +418,9 @@ void ctr_hybrid_json(const ctr_run_t *r, FILE *f, const ctr_result_t *res)
             "\"shard_mb\": %.3f, \"registered_mb\": %.3f, \"rss_mb\": %.1f, "
             "\"lookup_ids\": %llu, \"rows_local\": %llu, \"rows_remote\": %llu, "
             "\"update_rows\": %llu, \"applied_rows\": %llu, \"lookup_ids_per_s\": %.1f, "
-            "\"update_rows_per_s\": %.1f, \"emb_errors\": %llu",
+            "\"update_rows_per_s\": %.1f, \"emb_errors\": %llu, \"cache_rows\": %u, "
+            "\"cache_hits\": %llu, \"cache_misses\": %llu, \"cache_expired\": %llu, "
+            "\"cache_hit_age\": %.3f",
             local(r) ? "replicated" : "sharded", (unsigned long long)hy->tb.rows, r->dl.dim,
             table_mb(r), hy->emb != NULL ? (double)s->shard_bytes / 1e6 : table_mb(r),
             (double)s->registered_bytes / 1e6, hy->rss_mb, (unsigned long long)s->ids,
@@ -412,7 +428,9 @@ void ctr_hybrid_json(const ctr_run_t *r, FILE *f, const ctr_result_t *res)
             (unsigned long long)(s->rows_read + s->rows_owner),
             (unsigned long long)s->update_rows, (unsigned long long)s->applied_rows,
             ids_per_s(res), per_s(s->update_rows, res),
-            (unsigned long long)atomic_load(&hy->emb_errors));
+            (unsigned long long)atomic_load(&hy->emb_errors), s->cache_rows,
+            (unsigned long long)s->cache_hits, (unsigned long long)s->cache_misses,
+            (unsigned long long)s->cache_expired, s->cache_hit_age);
 }
 
 void ctr_hybrid_teardown(ctr_run_t *r)

@@ -62,6 +62,10 @@ void ctr_usage(FILE *f)
             "  --dim K --bottom B --top T   dlrm: row dim, MLP hidden units (16, 32, 32)\n"
             "  --batch N         dlrm: examples per lookup and update (default 32)\n"
             "  --emb-lr X        dlrm: the tables' Adagrad rate (default 0.05)\n"
+            "  --emb-cache N     dlrm: each worker caches up to N hot rows of other holders\n"
+            "                    (default 0: SHS_EMB_CACHE_ROWS, off unless set)\n"
+            "  --emb-cache-age K dlrm: a cached row serves at most K lookups (default 0:\n"
+            "                    SHS_EMB_CACHE_AGE)\n"
             "  --tables sharded|replicated  dlrm: tables on the holders, or all of them\n"
             "                    in every rank's model array, synced with it (default\n"
             "                    sharded; --mode single: in the process)\n"
@@ -121,6 +125,18 @@ static void buckets_for(ctr_opts_t *o)
 }
 
 enum { STALL_RANK = 1, STALL_FOR = 2, STALL_AFTER = 4 };
+enum { OPT_EMB_CACHE = 1000, OPT_EMB_CACHE_AGE };
+
+/* the whole argument, a count 0..2^28 (the library checks its own range) */
+static uint32_t count_arg(const char *opt, const char *s)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || *end != '\0' || errno != 0 || s[0] == '-' || v > (1ull << 28))
+        ctr_die("%s: not a count from 0 to %u: %s", opt, 1u << 28, s);
+    return (uint32_t)v;
+}
 
 /* the whole argument, a number (an integer if asked): a typo must not stop
  * rank 0 for 0 s */
@@ -206,6 +222,7 @@ void ctr_parse(int argc, char **argv, ctr_opts_t *o)
         {"batch", 1, NULL, 'j'},        {"emb-lr", 1, NULL, 'u'},
         {"tables", 1, NULL, 'y'},       {"save", 1, NULL, 'O'},
         {"eval-only", 1, NULL, 'V'},
+        {"emb-cache", 1, NULL, OPT_EMB_CACHE}, {"emb-cache-age", 1, NULL, OPT_EMB_CACHE_AGE},
         {"stall-rank", 1, NULL, 'r'},    {"stall-for", 1, NULL, 'f'},
         {"stall-after", 1, NULL, 'd'},
         {"restart-rank", 1, NULL, 'X'},  {"restart-after", 1, NULL, 'Y'},
@@ -251,6 +268,8 @@ void ctr_parse(int argc, char **argv, ctr_opts_t *o)
         case 't': o->top = atoi(optarg); break;
         case 'j': o->batch = atoi(optarg); break;
         case 'u': o->emb_lr = (float)atof(optarg); break;
+        case OPT_EMB_CACHE: o->emb_cache = count_arg("--emb-cache", optarg); break;
+        case OPT_EMB_CACHE_AGE: o->emb_cache_age = count_arg("--emb-cache-age", optarg); break;
         case 'y': o->tables = optarg; break;
         case 'O': o->save = optarg; break;
         case 'V': o->eval_only = optarg; break;

@@ -59,6 +59,7 @@ typedef struct ctr_opts {
     int bottom, top;                        /* hidden units of the two MLPs */
     int batch;                              /* examples per lookup and update */
     float emb_lr;                           /* the tables' row-wise Adagrad rate */
+    uint32_t emb_cache, emb_cache_age;      /* the tables' hot-row cache (0: the knobs) */
     const char *save;                       /* dlrm: write the final model to DIR */
     const char *eval_only;                  /* dlrm: load DIR's model, evaluate it */
     int stall_rank;                         /* --stall-rank: the rank to stop, -1: none */

@@ -72,7 +72,10 @@
  * most cache_age of this worker's lookups (SHS_EMB_CACHE_AGE, default 16)
  * since the lookup that fetched it, then fetched again; and an update of
  * a row by any worker of this rank makes the rank's workers fetch it
- * again at once. Updates still go to the holders, and other ranks'
+ * again at once (SHS_EMB_CACHE_OWN=refetch, the default; =keep leaves the
+ * cached copy until it is cache_age lookups old, Hogwild's staleness: a
+ * trainer updates the rows it reads, so only keep lets its cache hit).
+ * Updates still go to the holders, and other ranks'
  * updates reach a cached row only when it is fetched again: with the
  * cache, a lookup after every worker's flush and a barrier can still
  * return a row up to cache_age lookups old. shs_emb_load empties every

@@ -93,6 +93,26 @@ SHS_API shs_status_t shs_read(shs_ctx_t *ctx, int peer, shs_region_t *local,
                               size_t local_off, shs_region_t *remote,
                               size_t remote_off, size_t len, unsigned flags);
 
+/* One READ of a list: len bytes from remote_off of the peer's copy to
+ * local_off. */
+typedef struct shs_rma_iov {
+    size_t local_off;
+    size_t remote_off;
+    size_t len;
+} shs_rma_iov_t;
+
+/*
+ * shs_read_list - the n READs of iov, as n shs_read calls would do them,
+ * but posted as chains of work requests on one queue pair: one post (one
+ * doorbell) per up to 16 READs, where n shs_read calls ring n. flags apply
+ * to the last READ. Every range is checked before anything is posted.
+ * Status: as shs_read (SHS_ERR_INVALID_ARG also for iov NULL with n > 0);
+ * on an error while posting, the READs before it may have been posted.
+ */
+SHS_API shs_status_t shs_read_list(shs_ctx_t *ctx, int peer, shs_region_t *local,
+                                   shs_region_t *remote, const shs_rma_iov_t *iov, size_t n,
+                                   unsigned flags);
+
 /*
  * shs_write_imm - as shs_write, then deliver imm to peer (shs_wait_imm on
  * the peer returns it once all len bytes are visible there). len may be 0

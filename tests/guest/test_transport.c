@@ -230,6 +230,36 @@ static void case_basic(shs_ctx_t *ctx)
     uint32_t imm;
     CHECK_EQ(shs_poll_imm(ctx, left, NULL, &imm), SHS_ERR_TIMEOUT); /* nothing left */
 
+    /* a READ list: 100 scattered ranges of 1..199 bytes (chains of
+     * requests), one of 300 KiB (split past the READ chunk) and an empty
+     * one; then a list with one range out of bounds is refused whole */
+    static shs_rma_iov_t iov[102];
+    size_t at = 0;
+    for (size_t i = 0; i < 100; i++) {
+        iov[i] = (shs_rma_iov_t){.local_off = at, .remote_off = 3 * i * i % 4000,
+                                 .len = 1 + (i * 37) % 199};
+        at += iov[i].len + 1;
+    }
+    iov[100] = (shs_rma_iov_t){.local_off = at, .remote_off = 17,
+                               .len = smax >= 300 * 1024 + 17 ? 300 * 1024 : 16};
+    iov[101] = (shs_rma_iov_t){.local_off = 0, .remote_off = 0, .len = 0};
+    memset(d, 0xee, at + iov[100].len + 16);
+    CHECK_OK(shs_read_list(ctx, left, dst, src, iov, 102, SHS_OP_SIGNAL));
+    CHECK_OK(shs_flush(ctx, left, SHS_TIMEOUT_DEFAULT));
+    for (size_t i = 0; i < 101; i++) {
+        verify(d, iov[i].local_off, iov[i].len, left, iov[i].remote_off, "read list");
+        if (i < 100 && d[iov[i].local_off + iov[i].len] != 0xee)
+            fail("read list: range %zu touched the byte after it", i);
+    }
+    memset(d, 0xee, 64);
+    iov[1].remote_off = cap; /* out of bounds: nothing of the list is posted */
+    CHECK_EQ(shs_read_list(ctx, left, dst, src, iov, 3, 0), SHS_ERR_OUT_OF_BOUNDS);
+    CHECK_EQ(shs_read_list(ctx, left, dst, src, NULL, 3, 0), SHS_ERR_INVALID_ARG);
+    CHECK_OK(shs_read_list(ctx, left, dst, src, NULL, 0, 0));
+    CHECK_OK(shs_flush(ctx, left, SHS_TIMEOUT_DEFAULT));
+    if (d[0] != 0xee)
+        fail("a refused read list posted a READ");
+
     /* refused locally, before anything is posted */
     CHECK_EQ(shs_read(ctx, left, dst, 0, src, cap, 1, 0), SHS_ERR_OUT_OF_BOUNDS);
     CHECK_EQ(shs_read(ctx, left, dst, 1, src, 0, cap, 0), SHS_ERR_OUT_OF_BOUNDS);

@@ -114,6 +114,7 @@ static const char *const every_knob[] = {
     "SHS_EMB_READ_TRIES", "7",
     "SHS_EMB_CACHE_ROWS", "5000",
     "SHS_EMB_CACHE_AGE", "9",
+    "SHS_EMB_CACHE_OWN", "keep",
     "SHS_POLL_SPIN", "123456",
     NULL,
 };
@@ -168,6 +169,7 @@ START_TEST(test_every_knob_parses)
     ck_assert_int_eq(c.emb_read_tries, 7);
     ck_assert_int_eq(c.emb_cache_rows, 5000);
     ck_assert_int_eq(c.emb_cache_age, 9);
+    ck_assert_int_eq(c.emb_cache_own, 1);
     ck_assert_int_eq(c.poll_spin, 123456);
 }
 END_TEST
