@@ -342,13 +342,13 @@ shs_status_t shs_shadow_create(shs_ctx_t *ctx, shs_region_t *model, size_t offse
         sh->ops = choose_path(&sh->cfg);
         st = check_rejoin(sh);
     }
+    /* this rank's own memory too: a failure reaches the others here */
+    if (st == SHS_OK)
+        st = alloc_peers(sh);
     if (!sh->rejoining) {
         shadow_sig_t sig = sig_of(sh);
         st = shs__ctx_agree_args(ctx, "shs_shadow_create", st, &sig, sizeof(sig), explain_sig);
     }
-    if (st != SHS_OK)
-        goto err_free;
-    st = alloc_peers(sh);
     if (st != SHS_OK)
         goto err_free_peers;
     /* collective from here: the same order on every rank */
@@ -391,7 +391,6 @@ err_destroy_io:
     shs_ctx_destroy(sh->io);
 err_free_peers:
     free_peers(sh);
-err_free:
     free(sh);
     return st;
 }
