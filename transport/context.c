@@ -272,8 +272,13 @@ static void endpoint_share(shs_ctx_t *ep, shs_ctx_t *ctx)
 
 shs_status_t shs_ctx_endpoint_create(shs_ctx_t *ctx, shs_ctx_t **ep_p)
 {
-    if (ctx == NULL || ep_p == NULL)
+    /* every check before the mesh is brought up: the same call fails alike
+     * on every rank, and none waits for a peer that returned */
+    if (ctx == NULL || ep_p == NULL) {
+        SHS_ERROR("shs_ctx_endpoint_create: %s is NULL",
+                  ctx == NULL ? "the context" : "ep_p (the output)");
         return SHS_ERR_INVALID_ARG;
+    }
     if (ctx->parent != NULL) {
         SHS_ERROR("shs_ctx_endpoint_create: refused on an endpoint; create endpoints on "
                   "the context");

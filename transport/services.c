@@ -4,6 +4,9 @@
  * thread, and region holds.
  */
 #include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "runtime/log.h"
 #include "transport/services.h"
@@ -31,6 +34,52 @@ shs_status_t shs__ctx_allgather(shs_ctx_t *ctx, const void *mine, size_t len, vo
     if (shs__ctx_rejoin_refused(ctx, "a collective set-up over the bootstrap"))
         return SHS_ERR_UNSUPPORTED;
     return shs__boot_allgather(ctx->boot, mine, len, all);
+}
+
+static bool is_argument_status(int32_t st)
+{
+    return st == SHS_ERR_INVALID_ARG || st == SHS_ERR_CONFIG || st == SHS_ERR_UNSUPPORTED ||
+           st == SHS_ERR_BAD_STATE;
+}
+
+shs_status_t shs__ctx_agree_args(shs_ctx_t *ctx, const char *call, shs_status_t local,
+                                 const void *sig, size_t len, shs__args_explain_fn explain)
+{
+    /* one entry per rank: its status, then its signature */
+    size_t entry = 8 + len, n = (size_t)ctx->size;
+    uint8_t *mine = calloc(1, entry), *all = calloc(n, entry);
+    shs_status_t st = SHS_ERR_NO_MEMORY;
+    if (mine == NULL || all == NULL)
+        goto out_free;
+    int32_t s32 = local;
+    memcpy(mine, &s32, sizeof(s32));
+    memcpy(mine + 8, sig, len);
+    st = shs__ctx_allgather(ctx, mine, entry, all);
+    if (st != SHS_OK || local != SHS_OK) {
+        st = st != SHS_OK ? st : local;
+        goto out_free;
+    }
+    for (size_t r = 0; r < n && st == SHS_OK; r++) {
+        const uint8_t *a = all + r * entry;
+        int32_t theirs;
+        memcpy(&theirs, a, sizeof(theirs));
+        if (memcmp(a + 8, sig, len) != 0) {
+            SHS_ERROR("%s: rank %zu was given other arguments than this rank: every rank "
+                      "must pass the same", call, r);
+            if (explain != NULL)
+                explain(call, (int)r, a + 8, sig);
+            st = SHS_ERR_SIZE_MISMATCH;
+        } else if (theirs != SHS_OK) {
+            SHS_ERROR("%s: rank %zu could not take part (%s)%s", call, r,
+                      shs_status_string((shs_status_t)theirs),
+                      is_argument_status(theirs) ? ": it refused a setting of its own" : "");
+            st = is_argument_status(theirs) ? SHS_ERR_SIZE_MISMATCH : SHS_ERR_PEER_FAILED;
+        }
+    }
+out_free:
+    free(all);
+    free(mine);
+    return st;
 }
 
 shs_status_t shs__ctx_living_allgather(shs_ctx_t *ctx, const void *mine, size_t len, void *all,

@@ -36,6 +36,26 @@ void shs__ctx_waiter_init(shs__waiter_t *w, const shs_ctx_t *ctx, int timeout_ms
  * ranks agree. */
 shs_status_t shs__ctx_allgather(shs_ctx_t *ctx, const void *mine, size_t len, void *all);
 
+/* The agreement step of a collective create (docs/failures.md, "Bad
+ * arguments"): every rank checked its arguments alone and passes `local`
+ * (SHS_OK or the status it logged) and `sig`, `len` bytes that stand for
+ * the arguments every rank must share (made from them as given, valid or
+ * not, so that the same call gives the same bytes). Over shs__ctx_allgather.
+ * Returns, the same way on every rank:
+ *   local, when it is not SHS_OK (every rank that was given the same
+ *   invalid arguments returns the same status, having logged the same
+ *   message);
+ *   SHS_ERR_SIZE_MISMATCH (logged, naming `call` and the first rank that
+ *   differs; `explain`, when not NULL, logs how) when a rank's sig differs
+ *   from this rank's, or a rank with the same sig refused an argument of
+ *   its own (SHS_ERR_INVALID_ARG, _CONFIG, _UNSUPPORTED, _BAD_STATE);
+ *   SHS_ERR_PEER_FAILED (logged) when a rank failed otherwise (memory);
+ *   the allgather's status when it failed; else SHS_OK. */
+typedef void (*shs__args_explain_fn)(const char *call, int rank, const void *theirs,
+                                     const void *mine);
+shs_status_t shs__ctx_agree_args(shs_ctx_t *ctx, const char *call, shs_status_t local,
+                                 const void *sig, size_t len, shs__args_explain_fn explain);
+
 /* The living ranks' `len` bytes (at most 56), in rank order, into all;
  * present[p]: rank p's came (a failed rank's bytes are zero). Once the
  * context's mesh is up, a barrier over it among the living (a rejoined

@@ -24,6 +24,8 @@ typedef struct setup_sig {
     uint64_t valid;          /* this rank's parameters passed their checks */
 } setup_sig_t;
 #define SETUP_MAGIC 0x73687363u /* "shsc" */
+#define SIZE_PARAM_MAX ((size_t)1 << 30)  /* SHS_COLL_EAGER's and _MIN_CHUNK's */
+#define STAGE_PARAM_MAX ((size_t)1 << 40) /* SHS_COLL_STAGE's */
 
 /* The only reader of the knobs: everything a collective takes from the
  * context's configuration. */
@@ -82,6 +84,14 @@ shs_status_t shs__coll_conf_check(shs__coll_conf_t *conf, const shs_coll_params_
     if (conf->slots < 1 || conf->slots > 63 || 2 * conf->slots + 6 > conf->rq_depth) {
         SHS_ERROR("collectives: %d slots: expected 1..63 with 2 * slots + 6 <= "
                   "SHS_RQ_DEPTH (%d)", conf->slots, conf->rq_depth);
+        return SHS_ERR_CONFIG;
+    }
+    /* the knobs' bounds: a larger size_t parameter is a negative value cast */
+    if (conf->eager_bytes > SIZE_PARAM_MAX || conf->min_chunk > SIZE_PARAM_MAX ||
+        conf->stage_bytes > STAGE_PARAM_MAX) {
+        SHS_ERROR("collectives: eager slot %zu, smallest chunk %zu or stage %zu bytes: "
+                  "expected at most 1 GiB, 1 GiB and 1 TiB (a negative value?)",
+                  conf->eager_bytes, conf->min_chunk, conf->stage_bytes);
         return SHS_ERR_CONFIG;
     }
     if (conf->eager_bytes > conf->slot_bytes)

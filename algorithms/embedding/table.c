@@ -1,5 +1,6 @@
 /* Sharded embedding tables: create, destroy, stats, save and load
  * (embedding.h; the layout of memory in emb.h). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,15 +18,18 @@
 #define MAX_BATCH_CAP (1u << 20)
 #define LOAD_SCRATCH_ROWS 1024
 
-/* What every rank must agree on, gathered at create. */
+/* What every rank must agree on, gathered at create: the arguments as
+ * given (before their checks), so that the same call gives the same bytes
+ * on every rank, valid or not. */
 typedef struct emb_sig {
-    int32_t status;
-    uint32_t dim;
     uint64_t rows;
-    uint32_t map, opt, max_batch, workers, nholders, path, slots;
+    uint32_t dim;
+    uint32_t map, opt, max_batch;
+    int32_t workers, nholders, path, slots;
     uint64_t holders_hash;
     uint64_t seed;
     float lr, eps, init_scale;
+    uint32_t pad;
 } emb_sig_t;
 
 /* the holder set, in the create's agreement and in a save's header */
@@ -48,10 +52,11 @@ static shs_status_t resolve(shs_emb_t *e, const shs_emb_params_t *p)
     e->max_batch = (m & SHS_EMB_PARAM_MAX_BATCH) ? p->max_batch : DEFAULT_MAX_BATCH;
     e->nworkers = (m & SHS_EMB_PARAM_WORKERS) ? p->workers : 1;
     e->path = (m & SHS_EMB_PARAM_PATH) ? p->path : SHS_EMB_PATH_AUTO;
-    if ((m & SHS_EMB_PARAM_SLOTS) && p->slots != 0)
-        e->want_slots = p->slots;
-    if (e->want_slots != -1 &&
-        (e->want_slots < SHS_EMB_SLOTS_MIN || e->want_slots > SHS_EMB_SLOTS_MAX)) {
+    int slots = (m & SHS_EMB_PARAM_SLOTS) ? p->slots : 0;
+    if (slots != 0)
+        e->want_slots = slots; /* -1 is the knob's auto: refused below as a parameter */
+    if (slots < 0 || (e->want_slots != -1 && (e->want_slots < SHS_EMB_SLOTS_MIN ||
+                                              e->want_slots > SHS_EMB_SLOTS_MAX))) {
         SHS_ERROR("shs_emb_create: slots %d: expected %d..%d, or 0 for SHS_EMB_SLOTS",
                   e->want_slots, SHS_EMB_SLOTS_MIN, SHS_EMB_SLOTS_MAX);
         return SHS_ERR_INVALID_ARG;
@@ -59,6 +64,13 @@ static shs_status_t resolve(shs_emb_t *e, const shs_emb_params_t *p)
     if (e->rows == 0 || e->dim == 0 || e->dim > EMB_MAX_DIM) {
         SHS_ERROR("shs_emb_create: rows %llu, dim %u: rows >= 1 and dim 1..%d",
                   (unsigned long long)e->rows, e->dim, EMB_MAX_DIM);
+        return SHS_ERR_INVALID_ARG;
+    }
+    /* a row's stride is at most dim floats and two words: every shard's
+     * byte count must be addressable (a negative count cast to rows is not) */
+    if (e->rows > SIZE_MAX / ((size_t)e->dim * sizeof(float) + 2 * sizeof(uint64_t))) {
+        SHS_ERROR("shs_emb_create: rows %llu of dim %u: more bytes than this machine can "
+                  "address (a negative count?)", (unsigned long long)e->rows, e->dim);
         return SHS_ERR_INVALID_ARG;
     }
     if (e->max_batch == 0 || e->max_batch > MAX_BATCH_CAP || e->nworkers < 1 ||
@@ -106,50 +118,31 @@ static shs_status_t resolve_holders(shs_emb_t *e, const shs_emb_params_t *p)
     return shs__emb_layout_init(&e->layout, e->rows, (uint32_t)n, e->layout.map);
 }
 
-/* Every rank gathers every rank's signature: a local error, or a field that
- * differs from rank 0's, fails every rank the same way. */
-static shs_status_t agree(shs_emb_t *e, shs_status_t local)
+static emb_sig_t sig_of(const shs_emb_t *e, const shs_emb_params_t *p)
 {
-    emb_sig_t mine = {.status = local, .dim = e->dim, .rows = e->rows,
-                      .map = (uint32_t)e->layout.map, .opt = (uint32_t)e->opt,
-                      .max_batch = e->max_batch, .workers = (uint32_t)e->nworkers,
-                      .nholders = e->layout.shards, .path = (uint32_t)e->path,
-                      .slots = e->slots,
-                      .holders_hash = local == SHS_OK
-                                          ? hash_holders(e->holder_rank, (int)e->layout.shards)
-                                          : 0,
-                      .seed = e->seed, .lr = e->lr, .eps = e->eps, .init_scale = e->init_scale};
-    emb_sig_t *all = calloc((size_t)e->size, sizeof(*all));
-    if (all == NULL)
-        return SHS_ERR_NO_MEMORY;
-    shs_status_t st = shs__ctx_allgather(e->ctx, &mine, sizeof(mine), all);
-    for (int r = 0; st == SHS_OK && r < e->size; r++) {
-        const emb_sig_t *a = &all[r], *z = &all[0];
-        if (a->status != SHS_OK) {
-            st = r == e->rank ? local : SHS_ERR_PEER_FAILED;
-            if (r != e->rank)
-                SHS_ERROR("shs_emb_create: rank %d refused its parameters (%s)", r,
-                          shs_status_string((shs_status_t)a->status));
-        } else if (a->dim != z->dim || a->rows != z->rows || a->map != z->map ||
-                   a->opt != z->opt || a->max_batch != z->max_batch ||
-                   a->workers != z->workers || a->nholders != z->nholders ||
-                   a->holders_hash != z->holders_hash || a->path != z->path ||
-                   a->slots != z->slots ||
-                   a->seed != z->seed || memcmp(&a->lr, &z->lr, 3 * sizeof(float)) != 0) {
-            SHS_ERROR("shs_emb_create: rank %d's table differs from rank 0's: rows %llu/%llu "
-                      "dim %u/%u map %u/%u optimizer %u/%u max_batch %u/%u workers %u/%u "
-                      "holders %u/%u%s path %u/%u slots %u/%u, or seed, lr, eps, init_scale",
-                      r,
-                      (unsigned long long)a->rows,
-                      (unsigned long long)z->rows, a->dim, z->dim, a->map, z->map, a->opt,
-                      z->opt, a->max_batch, z->max_batch, a->workers, z->workers, a->nholders,
-                      z->nholders, a->holders_hash != z->holders_hash ? " (other ranks)" : "",
-                      a->path, z->path, a->slots, z->slots);
-            st = SHS_ERR_SIZE_MISMATCH;
-        }
-    }
-    free(all);
-    return st;
+    bool given = (p->field_mask & SHS_EMB_PARAM_HOLDERS) != 0;
+    int n = given ? p->nholders : e->size;
+    /* the list as given, read only as far as a valid one can reach */
+    uint64_t hh = given && p->holders != NULL && n > 0 && n <= e->size
+                      ? hash_holders(p->holders, n)
+                      : 0;
+    return (emb_sig_t){.rows = e->rows, .dim = e->dim, .map = (uint32_t)e->layout.map,
+                       .opt = (uint32_t)e->opt, .max_batch = e->max_batch,
+                       .workers = e->nworkers, .nholders = n, .path = (int32_t)e->path,
+                       .slots = e->want_slots, .holders_hash = hh, .seed = e->seed,
+                       .lr = e->lr, .eps = e->eps, .init_scale = e->init_scale};
+}
+
+static void explain_sig(const char *call, int r, const void *theirs, const void *mine)
+{
+    const emb_sig_t *a = theirs, *z = mine;
+    SHS_ERROR("%s: rank %d / this rank: rows %llu/%llu dim %u/%u map %u/%u optimizer %u/%u "
+              "max_batch %u/%u workers %d/%d holders %d/%d%s path %d/%d slots %d/%d, or seed, "
+              "lr, eps, init_scale", call, r, (unsigned long long)a->rows,
+              (unsigned long long)z->rows, a->dim, z->dim, a->map, z->map, a->opt, z->opt,
+              a->max_batch, z->max_batch, a->workers, z->workers, a->nholders, z->nholders,
+              a->holders_hash != z->holders_hash ? " (other ranks)" : "", a->path, z->path,
+              a->slots, z->slots);
 }
 
 /* auto: the slots of one (worker, holder) pair fill about this many bytes,
@@ -471,7 +464,10 @@ shs_status_t shs_emb_create(shs_ctx_t *ctx, const shs_emb_params_t *params, shs_
      * are not in this call, so nothing below is collective (docs/failures.md) */
     e->rejoined = shs__ctx_replaying(ctx);
 
+    /* every check is local, before anything is sent: the agreement then
+     * fails every rank alike (shs__ctx_agree_args) */
     shs_status_t st = resolve(e, params);
+    emb_sig_t sig = sig_of(e, params);
     if (st == SHS_OK)
         st = resolve_holders(e, params);
     if (st == SHS_OK) {
@@ -483,7 +479,7 @@ shs_status_t shs_emb_create(shs_ctx_t *ctx, const shs_emb_params_t *params, shs_
     if (st == SHS_OK)
         st = alloc_caches(e);
     if (!e->rejoined)
-        st = agree(e, st);
+        st = shs__ctx_agree_args(ctx, "shs_emb_create", st, &sig, sizeof(sig), explain_sig);
     if (st != SHS_OK)
         goto err_free;
     if ((st = alloc_regions(e)) != SHS_OK ||

@@ -3,6 +3,7 @@
  * that reads the knobs), its data path, its per-peer state and the regions
  * every rank registers in the same order.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,8 @@
 #include "transport/services.h"
 
 #define ALIGN_UP(x, a) (((x) + (a) - 1) / (a) * (a))
+/* SHS_SHADOW_CHUNK's bound; a larger chunk_bytes is a negative count cast */
+#define CHUNK_MAX ((size_t)1 << 30)
 
 /* The parameters: each field from params when its bit is set, else from the
  * context's knobs (resolved once at context create) or the default. */
@@ -64,13 +67,14 @@ static shs_status_t check_params(shs_shadow_t *sh, size_t chunk_bytes)
 {
     shs__shadow_cfg_t *c = &sh->cfg;
     if ((unsigned)c->algo > SHS_SHADOW_EASGD || (unsigned)c->path > SHS_SHADOW_PATH_LIVE ||
-        c->wait_ms <= 0 || chunk_bytes < sizeof(float) || !(sh->bmuf.eta >= 0.0f) ||
+        c->wait_ms <= 0 || chunk_bytes < sizeof(float) || chunk_bytes > CHUNK_MAX ||
+        c->min_interval_us > INT32_MAX || !(sh->bmuf.eta >= 0.0f) ||
         !(sh->bmuf.eta < 1.0f) || !(sh->bmuf.zeta > 0.0f) || !(c->alpha > 0.0f) ||
         !(c->alpha <= 1.0f)) {
         SHS_ERROR("shadow: invalid parameters (algorithm %d, path %d, wait %d ms, chunk %zu "
-                  "bytes, eta %g, zeta %g, alpha %g)",
-                  (int)c->algo, (int)c->path, c->wait_ms, chunk_bytes, (double)sh->bmuf.eta,
-                  (double)sh->bmuf.zeta, (double)c->alpha);
+                  "bytes (4..1 GiB), min interval %u us, eta %g, zeta %g, alpha %g)",
+                  (int)c->algo, (int)c->path, c->wait_ms, chunk_bytes, c->min_interval_us,
+                  (double)sh->bmuf.eta, (double)sh->bmuf.zeta, (double)c->alpha);
         return SHS_ERR_INVALID_ARG;
     }
     if (!shs__pin_spec_valid(c->pin)) {
@@ -245,13 +249,12 @@ static void free_regions(shs_shadow_t *sh)
     shs_region_destroy(sh->pub);
 }
 
-static shs_status_t check_model(shs_ctx_t *ctx, shs_region_t *model, size_t offset,
-                                size_t count, shs_shadow_t **shadow_p)
+static shs_status_t check_model(shs_region_t *model, size_t offset, size_t count,
+                                shs_shadow_t **shadow_p)
 {
-    if (ctx == NULL || model == NULL || shadow_p == NULL) {
+    if (model == NULL || shadow_p == NULL) {
         SHS_ERROR("shs_shadow_create: %s is NULL",
-                  ctx == NULL ? "the context" : model == NULL ? "the model region"
-                                                              : "shadow_p (the output)");
+                  model == NULL ? "the model region" : "shadow_p (the output)");
         return SHS_ERR_INVALID_ARG;
     }
     if (count == 0 || offset % sizeof(float) != 0 || offset > shs_region_len(model) ||
@@ -260,7 +263,43 @@ static shs_status_t check_model(shs_ctx_t *ctx, shs_region_t *model, size_t offs
                   offset, count, shs_region_len(model));
         return SHS_ERR_INVALID_ARG;
     }
-    return shs__ctx_refused(ctx, "shs_shadow_create") ? SHS_ERR_BAD_STATE : SHS_OK;
+    return SHS_OK;
+}
+
+/* What every rank's engine must share, as resolved from its arguments
+ * (valid or not): the model's length and how it is averaged. The pin, the
+ * model's place, the timeouts and the pull chunk are each rank's own. */
+typedef struct shadow_sig {
+    uint64_t count;
+    uint64_t sched_seed;
+    int32_t algo, path, sched_kind, group_size, wire, channel;
+    float eta, zeta, alpha;
+    int32_t nesterov;
+} shadow_sig_t;
+
+static shadow_sig_t sig_of(const shs_shadow_t *sh)
+{
+    const shs__shadow_cfg_t *c = &sh->cfg;
+    /* what the schedule's kind ignores may differ */
+    bool all = c->sched.kind == SHS_SCHED_ALL, random = c->sched.kind == SHS_SCHED_RANDOM;
+    return (shadow_sig_t){.count = sh->n, .sched_seed = random ? c->sched.seed : 0,
+                          .algo = (int32_t)c->algo, .path = (int32_t)c->path,
+                          .sched_kind = (int32_t)c->sched.kind,
+                          .group_size = all ? 0 : c->sched.group_size, .wire = c->wire,
+                          .channel = c->want_channel, .eta = c->bmuf_fg.eta,
+                          .zeta = c->bmuf_fg.zeta, .alpha = c->alpha,
+                          .nesterov = c->bmuf_fg.nesterov};
+}
+
+static void explain_sig(const char *call, int r, const void *theirs, const void *mine)
+{
+    const shadow_sig_t *a = theirs, *z = mine;
+    SHS_ERROR("%s: rank %d / this rank: %llu/%llu floats, algorithm %d/%d, path %d/%d, "
+              "schedule %d/%d (g %d/%d), wire %d/%d, channel %d/%d, or the BMUF, EASGD or "
+              "schedule seed values", call, r, (unsigned long long)a->count,
+              (unsigned long long)z->count, a->algo, z->algo, a->path, z->path, a->sched_kind,
+              z->sched_kind, a->group_size, z->group_size, a->wire, z->wire, a->channel,
+              z->channel);
 }
 
 /* A rank that rejoined a running job joins its engine on the pull or ring
@@ -281,9 +320,12 @@ shs_status_t shs_shadow_create(shs_ctx_t *ctx, shs_region_t *model, size_t offse
                                const shs_shadow_params_t *params, shs_shadow_t **shadow_p)
 {
     size_t chunk_bytes;
-    shs_status_t st = check_model(ctx, model, offset, count, shadow_p);
-    if (st != SHS_OK)
-        return st;
+    if (ctx == NULL) {
+        SHS_ERROR("shs_shadow_create: the context is NULL");
+        return SHS_ERR_INVALID_ARG;
+    }
+    if (shs__ctx_refused(ctx, "shs_shadow_create"))
+        return SHS_ERR_BAD_STATE;
     shs_shadow_t *sh = calloc(1, sizeof(*sh));
     if (sh == NULL)
         return SHS_ERR_NO_MEMORY;
@@ -294,16 +336,24 @@ shs_status_t shs_shadow_create(shs_ctx_t *ctx, shs_region_t *model, size_t offse
     sh->model_off = offset;
     sh->n = count;
     sh->rejoining = shs__ctx_replaying(ctx);
-    sh->w = (float *)((uint8_t *)shs_region_addr(model) + offset);
+    /* every check is local, before anything is sent; the ranks then agree,
+     * so that a bad argument fails every rank alike (shs__ctx_agree_args) */
+    shs_status_t st = check_model(model, offset, count, shadow_p);
     resolve_params(sh, params, &chunk_bytes);
-    st = check_params(sh, chunk_bytes);
-    if (st != SHS_OK)
-        goto err_free;
-    sh->ops = choose_path(&sh->cfg);
-    st = check_rejoin(sh);
-    if (st != SHS_OK)
-        goto err_free;
-    st = alloc_peers(sh);
+    if (st == SHS_OK)
+        st = check_params(sh, chunk_bytes);
+    if (st == SHS_OK) {
+        sh->w = (float *)((uint8_t *)shs_region_addr(model) + offset);
+        sh->ops = choose_path(&sh->cfg);
+        st = check_rejoin(sh);
+    }
+    /* this rank's own memory too: a failure reaches the others here */
+    if (st == SHS_OK)
+        st = alloc_peers(sh);
+    if (!sh->rejoining) {
+        shadow_sig_t sig = sig_of(sh);
+        st = shs__ctx_agree_args(ctx, "shs_shadow_create", st, &sig, sizeof(sig), explain_sig);
+    }
     if (st != SHS_OK)
         goto err_free_peers;
     /* collective from here: the same order on every rank */
@@ -346,7 +396,6 @@ err_destroy_io:
     shs_ctx_destroy(sh->io);
 err_free_peers:
     free_peers(sh);
-err_free:
     free(sh);
     return st;
 }

@@ -204,9 +204,11 @@ typedef struct shs_coll_params {
  * caller, released with shs_coll_destroy().
  *
  * Status: SHS_OK; SHS_ERR_INVALID_ARG (NULL ctx or coll_p); SHS_ERR_CONFIG
- * (a parameter out of range, or slots too many for SHS_RQ_DEPTH);
+ * (a parameter out of range, a size above the knob's bound such as a
+ * negative value cast, or slots too many for SHS_RQ_DEPTH: the same on every
+ * rank given the same value, checked before anything is sent);
  * SHS_ERR_SIZE_MISMATCH (ranks passed different parameters: every rank
- * fails); SHS_ERR_NO_MEMORY; SHS_ERR_UNSUPPORTED (ctx rejoined a running
+ * fails, a rank with an invalid one with its own status); SHS_ERR_NO_MEMORY; SHS_ERR_UNSUPPORTED (ctx rejoined a running
  * job); and what shs_region_alloc() returns.
  */
 SHS_API shs_status_t shs_coll_create(shs_ctx_t *ctx, const shs_coll_params_t *params,

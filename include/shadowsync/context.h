@@ -187,8 +187,9 @@ SHS_API void shs_ctx_destroy(shs_ctx_t *ctx);
  * logged, while endpoints are alive). Not collective to destroy; peers see
  * its queue pairs close, as with a context.
  *
- * Status: SHS_OK; SHS_ERR_INVALID_ARG; SHS_ERR_BAD_STATE (ctx is an
- * endpoint); SHS_ERR_NO_MEMORY;
+ * Status: SHS_OK; SHS_ERR_INVALID_ARG (NULL, logged); SHS_ERR_BAD_STATE
+ * (ctx is an endpoint) - both found before anything is sent, so a call made
+ * alike on every rank fails alike; SHS_ERR_NO_MEMORY;
  * SHS_ERR_NO_RESOURCE (device limits: queue pairs, CQ entries);
  * SHS_ERR_CONNECT, SHS_ERR_PEER_FAILED, SHS_ERR_TIMEOUT as shs_ctx_create.
  */

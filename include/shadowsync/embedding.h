@@ -194,9 +194,15 @@ typedef struct shs_emb_params {
  * (hugepages when SHS_HUGEPAGES allows) and start the apply thread. *emb_p
  * is owned by the caller; shs_emb_destroy releases it.
  *
- * Status: SHS_OK; SHS_ERR_INVALID_ARG (NULL, rows 0, dim out of range,
- * holders not ascending or out of range, workers out of range);
- * SHS_ERR_SIZE_MISMATCH; SHS_ERR_NO_MEMORY; SHS_ERR_NO_RESOURCE;
+ * Every argument is checked on each rank before anything is sent: the same
+ * bad argument on every rank gives every rank the same status and message;
+ * a rank given other arguments fails every rank with SHS_ERR_SIZE_MISMATCH
+ * (an invalid one: its own status there); docs/failures.md, "Bad arguments".
+ *
+ * Status: SHS_OK; SHS_ERR_INVALID_ARG (NULL, rows 0 or beyond what can be
+ * addressed, dim out of range, holders not ascending or out of range,
+ * workers, slots, max_batch out of range, unknown enum, lr or eps not
+ * positive); SHS_ERR_SIZE_MISMATCH; SHS_ERR_NO_MEMORY; SHS_ERR_NO_RESOURCE;
  * SHS_ERR_BAD_STATE (ctx is an endpoint); peer and timeout
  * statuses of the collective set-up.
  * On a rank that rejoined a running job (context.h, SHS_REJOIN), making the

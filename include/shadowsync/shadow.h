@@ -60,9 +60,10 @@
  * not exactly; shs_shadow_finish makes them equal (it averages in float32).
  * MA and BMUF on the pull path only (other combinations: SHS_ERR_UNSUPPORTED).
  * Every rank must use the same wire: shs_shadow_create fails with
- * SHS_ERR_SIZE_MISMATCH where the slot sizes differ, and otherwise (tiny
- * models) each rank skips the peers whose header shows the other format,
- * and the round returns SHS_ERR_SIZE_MISMATCH.
+ * SHS_ERR_SIZE_MISMATCH on every rank otherwise (its agreement; a rank that
+ * rejoined, which skips it, is caught by the rounds: each rank skips the
+ * peers whose header shows the other format, and the round returns
+ * SHS_ERR_SIZE_MISMATCH).
  *
  * Failures. A peer counts as failed when the transport failed it (rma.h) or
  * when a living peer's published header says so, which spreads a failure to
@@ -307,8 +308,17 @@ typedef struct shs_shadow_stats {
  * directly. Every path works with SHS_ACCESS_LOCAL_WRITE |
  * SHS_ACCESS_REMOTE_READ.
  *
+ * The arguments are checked on each rank before anything is sent; then the
+ * ranks agree: the same bad argument everywhere gives every rank the same
+ * status and message; a rank given another count, algorithm, path,
+ * schedule, wire, BMUF or EASGD value, or whose own arguments (pin, range)
+ * are bad, fails every rank with SHS_ERR_SIZE_MISMATCH (the bad one: its
+ * own status); docs/failures.md, "Bad arguments".
+ *
  * Status: SHS_OK; SHS_ERR_INVALID_ARG (NULL, count 0, misaligned offset,
- * range outside the region, bad parameter, unknown schedule);
+ * range outside the region, bad parameter (chunk_bytes above 1 GiB or
+ * min_interval_us above INT32_MAX included: negative values cast), unknown
+ * schedule); SHS_ERR_SIZE_MISMATCH;
  * SHS_ERR_UNSUPPORTED (EASGD on a path other than pull; EASGD on a context
  * that rejoined a running job, see "Rejoin"); SHS_ERR_NO_MEMORY;
  * on a rejoined rank also SHS_ERR_PEER_FAILED (no living peer to take the

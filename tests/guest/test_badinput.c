@@ -34,13 +34,19 @@
  *   rq-depth a context's rq_depth parameter reaches the collectives' check
  *   knobs    collectives and shadow engines created twice read no knob again:
  *            a misspelt knob is warned about once, a changed one shown once
+ *   args     (under shs-launch, N ranks) every collective create (embedding
+ *            table, collective, shadow engine, endpoint) given the same bad
+ *            argument on every rank: the same status and cause on every rank,
+ *            no peer blamed; one rank's other arguments: SHS_ERR_SIZE_MISMATCH
+ *            on every rank (an invalid one: its own reason there)
  *
- * Each case runs in a child process (one rank, oob) whose log the launcher
+ * Each case but args runs in a child process (one rank, oob) whose log the launcher
  * checks for the expected sentences. Exit status: 0 pass, 1 fail, 77 no RDMA
  * device.
  */
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -340,6 +346,293 @@ static void case_pin_knob(void)
     CHECK_EQ(shs_ctx_create(NULL, &ctx), SHS_ERR_CONFIG);
 }
 
+/* ------------------------------------------ collective creates, N ranks */
+
+/* This rank's stderr goes to a file, read back after each create to check
+ * the cause it names, and copied to the launcher's stderr as it is read. */
+static int log_file = -1, log_out = -1;
+static off_t log_seen;
+
+static const char *log_since(void)
+{
+    static char buf[32768];
+    fflush(stderr);
+    ssize_t n = pread(log_file, buf, sizeof(buf) - 1, log_seen);
+    n = n > 0 ? n : 0;
+    buf[n] = '\0';
+    log_seen += n;
+    ssize_t w = n > 0 ? write(log_out, buf, (size_t)n) : 0;
+    (void)w; /* the copy is for a reader; the checks read buf */
+    return buf;
+}
+
+static void log_flush(void)
+{
+    (void)log_since();
+}
+
+static void log_capture(void)
+{
+    char path[] = "/tmp/shs-badinput-args-XXXXXX";
+    log_file = mkstemp(path);
+    if (log_file < 0)
+        fail("mkstemp: %s", strerror(errno));
+    unlink(path);
+    fflush(stderr);
+    log_out = dup(STDERR_FILENO);
+    dup2(log_file, STDERR_FILENO);
+    atexit(log_flush);
+}
+
+/* Every rank made the same call: got must be want here, as on every rank,
+ * with the cause (why) in this rank's log and no peer blamed. */
+static void expect_alike(const char *what, shs_status_t got, const void *handle,
+                         shs_status_t want, const char *why)
+{
+    const char *log = log_since();
+    if (got != want)
+        fail("%s on every rank: %s, expected %s", what, shs_status_string(got),
+             shs_status_string(want));
+    if (handle != NULL)
+        fail("%s: the handle was written on failure", what);
+    if (why != NULL && strstr(log, why) == NULL)
+        fail("%s: this rank's log lacks \"%s\"", what, why);
+    if (strstr(log, "could not take part") != NULL || strstr(log, "other arguments") != NULL ||
+        strstr(log, "refused its parameters") != NULL)
+        fail("%s: a peer was blamed for arguments every rank shares", what);
+}
+
+/* One rank (the last) was given other arguments: every rank fails with
+ * want_here (the odd rank: odd_st), naming why (odd: odd_why). */
+static void expect_differ(const char *what, shs_status_t got, bool odd, shs_status_t odd_st,
+                          const char *odd_why, const char *why)
+{
+    const char *log = log_since();
+    shs_status_t want = odd ? odd_st : SHS_ERR_SIZE_MISMATCH;
+    const char *w = odd ? odd_why : why;
+    if (got != want)
+        fail("%s: %s, expected %s", what, shs_status_string(got), shs_status_string(want));
+    if (strstr(log, w) == NULL)
+        fail("%s: this rank's log lacks \"%s\"", what, w);
+}
+
+#define EMB_ROWS 1000
+
+static shs_emb_params_t emb_ok(void)
+{
+    shs_emb_params_t p;
+    memset(&p, 0, sizeof(p));
+    p.field_mask = SHS_EMB_PARAM_MAX_BATCH;
+    p.rows = EMB_ROWS;
+    p.dim = 8;
+    p.max_batch = 64;
+    return p;
+}
+
+static void args_emb(shs_ctx_t *ctx)
+{
+    static const int dup[] = {0, 0}, desc[] = {1, 0};
+    int n = shs_ctx_size(ctx), last = n - 1;
+    bool odd = g_rank == last;
+    int out_of_range[] = {0, n};
+    static const char *const why[] = {
+        "rows >= 1 and dim 1..4096", "rows >= 1 and dim 1..4096", "dim 4097",
+        "holders[1] = ", "holders[1] = 0", "holders[1] = 0", "-1 holders; at least one",
+        "lr nan", "unknown map 7", "optimizer 9", "path 9", "slots -1: expected 1..64",
+        "slots 65", "workers -1 (1..64)", "max_batch 0", "(a negative count?)", "eps -1",
+    };
+    for (size_t i = 0; i < sizeof(why) / sizeof(why[0]); i++) {
+        shs_emb_params_t p = emb_ok();
+        switch (i) {
+        case 0: p.rows = 0; break;
+        case 1: p.dim = 0; break;
+        case 2: p.dim = 4097; break;
+        case 3: p.holders = out_of_range; p.nholders = 2; break;
+        case 4: p.holders = desc; p.nholders = 2; break;
+        case 5: p.holders = dup; p.nholders = 2; break;
+        case 6: p.holders = dup; p.nholders = -1; break;
+        case 7: p.field_mask |= SHS_EMB_PARAM_LR; p.lr = NAN; break;
+        case 8: p.field_mask |= SHS_EMB_PARAM_MAP; p.map = (shs_emb_map_t)7; break;
+        case 9: p.field_mask |= SHS_EMB_PARAM_OPTIMIZER; p.optimizer = (shs_emb_optimizer_t)9; break;
+        case 10: p.field_mask |= SHS_EMB_PARAM_PATH; p.path = (shs_emb_path_t)9; break;
+        case 11: p.field_mask |= SHS_EMB_PARAM_SLOTS; p.slots = -1; break;
+        case 12: p.field_mask |= SHS_EMB_PARAM_SLOTS; p.slots = 65; break;
+        case 13: p.field_mask |= SHS_EMB_PARAM_WORKERS; p.workers = -1; break;
+        case 14: p.max_batch = 0; break;
+        case 15: p.rows = (uint64_t)-1; break;
+        case 16: p.field_mask |= SHS_EMB_PARAM_EPS; p.eps = -1.0f; break;
+        }
+        if (i >= 3 && i <= 6)
+            p.field_mask |= SHS_EMB_PARAM_HOLDERS;
+        shs_emb_t *emb = NULL;
+        char what[64];
+        snprintf(what, sizeof(what), "shs_emb_create, bad argument %zu", i);
+        expect_alike(what, shs_emb_create(ctx, &p, &emb), emb, SHS_ERR_INVALID_ARG, why[i]);
+    }
+    /* valid, but not the others': every rank fails alike */
+    const char *differ = "was given other arguments than this rank";
+    shs_emb_params_t p = emb_ok();
+    shs_emb_t *emb = NULL;
+    p.dim = odd ? 16 : 8;
+    expect_differ("shs_emb_create, a dim of its own", shs_emb_create(ctx, &p, &emb), false,
+                  SHS_OK, NULL, differ);
+    p = emb_ok();
+    p.rows = odd ? EMB_ROWS + 1 : EMB_ROWS;
+    expect_differ("shs_emb_create, rows of its own", shs_emb_create(ctx, &p, &emb), false,
+                  SHS_OK, NULL, differ);
+    /* invalid on one rank: its reason there, a mismatch elsewhere */
+    p.rows = odd ? 0 : EMB_ROWS;
+    expect_differ("shs_emb_create, rows 0 on one rank", shs_emb_create(ctx, &p, &emb), odd,
+                  SHS_ERR_INVALID_ARG, "rows >= 1", differ);
+    p = emb_ok();
+    CHECK_OK(shs_emb_create(ctx, &p, &emb));
+    shs_emb_destroy(emb);
+    (void)log_since();
+}
+
+static void args_coll(shs_ctx_t *ctx)
+{
+    bool odd = g_rank == shs_ctx_size(ctx) - 1;
+    static const char *const why[] = {
+        "0 slots: expected 1..63", "100 slots", "chunk of 63 bytes", "(a negative value?)",
+        "(a negative value?)", "smallest chunk of 4 bytes", "channel 300", "wire 7",
+        "timeout -1 ms",
+    };
+    for (size_t i = 0; i < sizeof(why) / sizeof(why[0]); i++) {
+        shs_coll_params_t p;
+        memset(&p, 0, sizeof(p));
+        switch (i) {
+        case 0: p.field_mask = SHS_COLL_PARAM_SLOTS; p.slots = 0; break;
+        case 1: p.field_mask = SHS_COLL_PARAM_SLOTS; p.slots = 100; break;
+        case 2: p.field_mask = SHS_COLL_PARAM_SLOT_BYTES; p.slot_bytes = 63; break;
+        case 3: p.field_mask = SHS_COLL_PARAM_EAGER_BYTES; p.eager_bytes = (size_t)-1; break;
+        case 4: p.field_mask = SHS_COLL_PARAM_STAGE_BYTES; p.stage_bytes = (size_t)-1; break;
+        case 5: p.field_mask = SHS_COLL_PARAM_MIN_CHUNK; p.min_chunk = 4; break;
+        case 6: p.field_mask = SHS_COLL_PARAM_CHANNEL; p.channel = 300; break;
+        case 7: p.field_mask = SHS_COLL_PARAM_WIRE; p.wire = (shs_wire_t)7; break;
+        case 8: p.field_mask = SHS_COLL_PARAM_TIMEOUT; p.timeout_ms = -1; break;
+        }
+        shs_coll_t *coll = NULL;
+        char what[64];
+        snprintf(what, sizeof(what), "shs_coll_create, bad argument %zu", i);
+        expect_alike(what, shs_coll_create(ctx, &p, &coll), coll, SHS_ERR_CONFIG, why[i]);
+    }
+    shs_coll_params_t p = {.field_mask = SHS_COLL_PARAM_SLOTS, .slots = odd ? 5 : 3};
+    shs_coll_t *coll = NULL;
+    expect_differ("shs_coll_create, slots of its own", shs_coll_create(ctx, &p, &coll), false,
+                  SHS_OK, NULL, "every rank must use the same SHS_COLL_* values");
+    CHECK_OK(shs_coll_create(ctx, NULL, &coll));
+    shs_coll_destroy(coll);
+    (void)log_since();
+}
+
+static void args_shadow(shs_ctx_t *ctx)
+{
+    bool odd = g_rank == shs_ctx_size(ctx) - 1;
+    shs_region_t *model;
+    CHECK_OK(shs_region_alloc(ctx, 4096, SHS_ACCESS_LOCAL_WRITE | SHS_ACCESS_REMOTE_READ,
+                              &model));
+    static const char *const why[] = {
+        "the model region is NULL", "bad model range", "unknown schedule kind 42",
+        "algorithm 9", "4..1 GiB", "min interval 4294967295 us", "wait -1 ms",
+        "pin_cpus \"banana\"", "bf16 snapshots",
+    };
+    static const shs_status_t want[] = {
+        SHS_ERR_INVALID_ARG, SHS_ERR_INVALID_ARG, SHS_ERR_INVALID_ARG, SHS_ERR_INVALID_ARG,
+        SHS_ERR_INVALID_ARG, SHS_ERR_INVALID_ARG, SHS_ERR_INVALID_ARG, SHS_ERR_CONFIG,
+        SHS_ERR_UNSUPPORTED,
+    };
+    for (size_t i = 0; i < sizeof(why) / sizeof(why[0]); i++) {
+        shs_shadow_params_t p;
+        memset(&p, 0, sizeof(p));
+        p.field_mask = SHS_SHADOW_PARAM_PIN_CPUS;
+        p.pin_cpus = "none";
+        shs_region_t *m = i == 0 ? NULL : model;
+        size_t count = i == 1 ? 0 : 1024;
+        switch (i) {
+        case 2: p.field_mask |= SHS_SHADOW_PARAM_SCHEDULE; p.schedule.kind = (shs_schedule_kind_t)42; break;
+        case 3: p.field_mask |= SHS_SHADOW_PARAM_ALGORITHM; p.algorithm = (shs_shadow_algorithm_t)9; break;
+        case 4: p.field_mask |= SHS_SHADOW_PARAM_CHUNK; p.chunk_bytes = (size_t)-1; break;
+        case 5: p.field_mask |= SHS_SHADOW_PARAM_MIN_INTERVAL; p.min_interval_us = (uint32_t)-1; break;
+        case 6: p.field_mask |= SHS_SHADOW_PARAM_WAIT_TIMEOUT; p.wait_timeout_ms = -1; break;
+        case 7: p.pin_cpus = "banana"; break;
+        case 8:
+            p.field_mask |= SHS_SHADOW_PARAM_WIRE | SHS_SHADOW_PARAM_PATH;
+            p.wire = SHS_WIRE_BF16;
+            p.path = SHS_SHADOW_PATH_RING;
+            break;
+        }
+        shs_shadow_t *sh = NULL;
+        char what[64];
+        snprintf(what, sizeof(what), "shs_shadow_create, bad argument %zu", i);
+        expect_alike(what, shs_shadow_create(ctx, m, 0, count, &p, &sh), sh, want[i], why[i]);
+    }
+    const char *differ = "was given other arguments than this rank";
+    shs_shadow_params_t p;
+    memset(&p, 0, sizeof(p));
+    p.field_mask = SHS_SHADOW_PARAM_PIN_CPUS;
+    p.pin_cpus = "none";
+    shs_shadow_t *sh = NULL;
+    expect_differ("shs_shadow_create, a model of its own length",
+                  shs_shadow_create(ctx, model, 0, odd ? 512 : 1024, &p, &sh), false, SHS_OK,
+                  NULL, differ);
+    p.field_mask |= SHS_SHADOW_PARAM_ALGORITHM;
+    p.algorithm = odd ? SHS_SHADOW_BMUF : SHS_SHADOW_MA;
+    expect_differ("shs_shadow_create, an algorithm of its own",
+                  shs_shadow_create(ctx, model, 0, 1024, &p, &sh), false, SHS_OK, NULL, differ);
+    /* the pin is each rank's own, but one rank's bad pin fails every rank */
+    p.algorithm = SHS_SHADOW_MA;
+    p.pin_cpus = odd ? "banana" : "none";
+    expect_differ("shs_shadow_create, a bad pin on one rank",
+                  shs_shadow_create(ctx, model, 0, 1024, &p, &sh), odd, SHS_ERR_CONFIG,
+                  "pin_cpus \"banana\"", "could not take part (");
+    p.pin_cpus = "none";
+    CHECK_OK(shs_shadow_create(ctx, model, 0, 1024, &p, &sh));
+    shs_shadow_destroy(sh);
+    shs_region_destroy(model);
+    (void)log_since();
+}
+
+static void args_endpoint(shs_ctx_t *ctx)
+{
+    shs_ctx_t *ep = NULL, *ep2 = NULL;
+    expect_alike("shs_ctx_endpoint_create, no output", shs_ctx_endpoint_create(ctx, NULL), NULL,
+                 SHS_ERR_INVALID_ARG, "ep_p (the output) is NULL");
+    CHECK_OK(shs_ctx_endpoint_create(ctx, &ep));
+    expect_alike("shs_ctx_endpoint_create, on an endpoint", shs_ctx_endpoint_create(ep, &ep2),
+                 ep2, SHS_ERR_BAD_STATE, "refused on an endpoint");
+    shs_ctx_destroy(ep);
+    CHECK_OK(shs_ctx_endpoint_create(ctx, &ep));
+    shs_ctx_destroy(ep);
+    (void)log_since();
+}
+
+/* Under shs-launch: every collective create given the same bad argument on
+ * every rank fails alike, with the same cause, blaming no peer; one rank's
+ * other arguments fail every rank with SHS_ERR_SIZE_MISMATCH. After each
+ * kind a valid create works: no rank was left behind in an exchange. */
+static int run_args(void)
+{
+    if (!have_rdma_device()) {
+        fprintf(stderr, "no RDMA device (/sys/class/infiniband is empty): skipped\n");
+        return RC_SKIP;
+    }
+    double start = now_s();
+    log_capture();
+    shs_ctx_t *ctx = ctx_or_fail();
+    g_rank = shs_ctx_rank(ctx);
+    if (shs_ctx_size(ctx) < 2)
+        fail("args needs 2 ranks or more");
+    args_emb(ctx);
+    args_coll(ctx);
+    args_shadow(ctx);
+    args_endpoint(ctx);
+    CHECK_OK(shs_ctx_barrier(ctx));
+    shs_ctx_destroy(ctx);
+    fprintf(stderr, "PASS badinput args, rank %d, in %.1f s\n", g_rank, now_s() - start);
+    return RC_OK;
+}
+
 /* ------------------------------------------------------------- launcher */
 
 typedef struct bad_case {
@@ -382,13 +675,15 @@ static const bad_case_t cases[] = {
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && strcmp(argv[1], "args") == 0)
+        return run_args();
     const bad_case_t *c = NULL;
     for (size_t i = 0; argc >= 2 && i < sizeof(cases) / sizeof(cases[0]); i++)
         if (strcmp(argv[argc - 1], cases[i].name) == 0)
             c = &cases[i];
     if (c == NULL) {
         fprintf(stderr, "usage: %s device|gid|port|region|memlock|fork|freed|shadow|"
-                "shadow-running|pin|knobs|rq-depth\n", argv[0]);
+                "shadow-running|pin|knobs|rq-depth|args\n", argv[0]);
         return RC_FAIL;
     }
     if (argc == 3 && strcmp(argv[1], "--child") == 0) {

@@ -308,6 +308,9 @@ START_TEST(test_params_check_caps_and_refuses)
         {4096, 12, 8, 4, -1, 64, "eager slot of 12 bytes"},
         {4096, 0, 8, 4, 256, 64, "channel 256"},
         {4096, 0, 8, 4, -2, 64, "channel -2"},
+        /* a negative size cast to size_t: refused, not capped at the chunk */
+        {4096, (size_t)-1, 8, 4, -1, 64, "(a negative value?)"},
+        {4096, 0, (size_t)-8, 4, -1, 64, "(a negative value?)"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         capture_stop();

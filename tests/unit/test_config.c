@@ -268,6 +268,44 @@ START_TEST(test_bad_value_rejected_and_named)
 }
 END_TEST
 
+/* Every numeric knob that takes no negative value refuses one, named,
+ * rather than wrapping it (strtoull takes "-1" for ULLONG_MAX) or reading
+ * it as its "auto": each table's knobs, the ones added later included. */
+START_TEST(test_negative_refused_by_every_unsigned_knob)
+{
+    static const char *const negatives[] = {"-1", "-0", "-4k", "-9223372036854775808"};
+    size_t checked = 0;
+    for (const shs__knob_table_t *const *t = shs__knob_tables; *t != NULL; t++) {
+        for (size_t i = 0; i < (*t)->count; i++) {
+            const shs__knob_t *k = &(*t)->knobs[i];
+            bool numeric = k->parse == shs__knob_parse_int ||
+                           k->parse == shs__knob_parse_int_auto ||
+                           k->parse == shs__knob_parse_size;
+            if (!numeric || k->min < 0)
+                continue;
+            for (size_t v = 0; v < sizeof(negatives) / sizeof(negatives[0]); v++) {
+                /* "-0" is zero: a knob whose range holds 0 may take it */
+                if (strcmp(negatives[v], "-0") == 0 && k->min == 0)
+                    continue;
+                const char *const env[] = {k->name, negatives[v], NULL};
+                shs__config_t c;
+                char want[160];
+                ck_assert_msg(load(&c, env) == SHS_ERR_CONFIG, "%s=%s accepted", k->name,
+                              negatives[v]);
+                snprintf(want, sizeof(want), "invalid %s=\"%s\"", k->name, negatives[v]);
+                ck_assert_msg(strstr(captured(), want) != NULL, "log \"%s\" lacks \"%s\"",
+                              captured(), want);
+                capture_stop(); /* a fresh log for the next value */
+                capture_start();
+                checked++;
+            }
+        }
+    }
+    /* the tables hold dozens of such knobs: a loop that saw none checked nothing */
+    ck_assert_uint_gt(checked, 60);
+}
+END_TEST
+
 /* A token set in the environment is listed at SHS_LOG=info, never shown. */
 START_TEST(test_token_never_logged)
 {
@@ -610,6 +648,7 @@ Suite *config_suite(void)
     tcase_add_loop_test(tc, test_bad_value_rejected_and_named, 0,
                         (int)(sizeof(bad_values) / sizeof(bad_values[0])));
     tcase_add_test(tc, test_every_bad_knob_reported);
+    tcase_add_test(tc, test_negative_refused_by_every_unsigned_knob);
     tcase_add_test(tc, test_cross_field_checks);
     tcase_add_loop_test(tc, test_launcher_detection, 0,
                         (int)(sizeof(launcher_cases) / sizeof(launcher_cases[0])));
