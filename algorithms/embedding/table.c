@@ -279,6 +279,13 @@ static shs_status_t resolve_cache(shs_emb_t *e, const shs_emb_params_t *p,
     bool set = (p->field_mask & SHS_EMB_PARAM_CACHE) != 0;
     e->cache_rows = set ? p->cache_rows : (uint32_t)cfg->emb_cache_rows;
     e->cache_age = set && p->cache_age != 0 ? p->cache_age : (uint32_t)cfg->emb_cache_age;
+    if (set && p->cache_own != SHS_EMB_CACHE_OWN_KNOB)
+        e->cache_keep_own = p->cache_own == SHS_EMB_CACHE_OWN_KEEP;
+    if (set && (unsigned)p->cache_own > SHS_EMB_CACHE_OWN_KEEP) {
+        SHS_ERROR("shs_emb_create: cache_own %d: expected SHS_EMB_CACHE_OWN_KNOB (0), "
+                  "_REFETCH (1) or _KEEP (2)", (int)p->cache_own);
+        return SHS_ERR_INVALID_ARG;
+    }
     if (e->cache_rows > (1u << 28) || e->cache_age < 1 || e->cache_age > 1000000) {
         SHS_ERROR("shs_emb_create: cache_rows %u (0..%u, SHS_EMB_CACHE_ROWS), cache_age %u "
                   "(1..1000000 lookups, or 0 for SHS_EMB_CACHE_AGE)", e->cache_rows, 1u << 28,

@@ -135,6 +135,7 @@ static void sharded_tables(ctr_run_t *r, ctr_hybrid_t *hy)
         p.field_mask |= SHS_EMB_PARAM_CACHE;
         p.cache_rows = r->o.emb_cache;
         p.cache_age = r->o.emb_cache_age;
+        p.cache_own = (shs_emb_cache_own_t)r->o.emb_cache_own;
     }
     CTR_CHECK(shs_emb_create(r->ctx, &p, &hy->emb));
 }

@@ -66,6 +66,9 @@ void ctr_usage(FILE *f)
             "                    (default 0: SHS_EMB_CACHE_ROWS, off unless set)\n"
             "  --emb-cache-age K dlrm: a cached row serves at most K lookups (default 0:\n"
             "                    SHS_EMB_CACHE_AGE)\n"
+            "  --emb-cache-own refetch|keep  dlrm: a rank's own updates make its cached\n"
+            "                    rows be fetched again, or leave them until they are K\n"
+            "                    lookups old (default: SHS_EMB_CACHE_OWN)\n"
             "  --tables sharded|replicated  dlrm: tables on the holders, or all of them\n"
             "                    in every rank's model array, synced with it (default\n"
             "                    sharded; --mode single: in the process)\n"
@@ -125,7 +128,7 @@ static void buckets_for(ctr_opts_t *o)
 }
 
 enum { STALL_RANK = 1, STALL_FOR = 2, STALL_AFTER = 4 };
-enum { OPT_EMB_CACHE = 1000, OPT_EMB_CACHE_AGE };
+enum { OPT_EMB_CACHE = 1000, OPT_EMB_CACHE_AGE, OPT_EMB_CACHE_OWN };
 
 /* the whole argument, a count 0..2^28 (the library checks its own range) */
 static uint32_t count_arg(const char *opt, const char *s)
@@ -223,6 +226,7 @@ void ctr_parse(int argc, char **argv, ctr_opts_t *o)
         {"tables", 1, NULL, 'y'},       {"save", 1, NULL, 'O'},
         {"eval-only", 1, NULL, 'V'},
         {"emb-cache", 1, NULL, OPT_EMB_CACHE}, {"emb-cache-age", 1, NULL, OPT_EMB_CACHE_AGE},
+        {"emb-cache-own", 1, NULL, OPT_EMB_CACHE_OWN},
         {"stall-rank", 1, NULL, 'r'},    {"stall-for", 1, NULL, 'f'},
         {"stall-after", 1, NULL, 'd'},
         {"restart-rank", 1, NULL, 'X'},  {"restart-after", 1, NULL, 'Y'},
@@ -270,6 +274,11 @@ void ctr_parse(int argc, char **argv, ctr_opts_t *o)
         case 'u': o->emb_lr = (float)atof(optarg); break;
         case OPT_EMB_CACHE: o->emb_cache = count_arg("--emb-cache", optarg); break;
         case OPT_EMB_CACHE_AGE: o->emb_cache_age = count_arg("--emb-cache-age", optarg); break;
+        case OPT_EMB_CACHE_OWN:
+            if (strcmp(optarg, "refetch") != 0 && strcmp(optarg, "keep") != 0)
+                ctr_die("--emb-cache-own %s: refetch or keep", optarg);
+            o->emb_cache_own = strcmp(optarg, "keep") == 0 ? 2 : 1;
+            break;
         case 'y': o->tables = optarg; break;
         case 'O': o->save = optarg; break;
         case 'V': o->eval_only = optarg; break;

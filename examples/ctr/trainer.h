@@ -60,6 +60,7 @@ typedef struct ctr_opts {
     int batch;                              /* examples per lookup and update */
     float emb_lr;                           /* the tables' row-wise Adagrad rate */
     uint32_t emb_cache, emb_cache_age;      /* the tables' hot-row cache (0: the knobs) */
+    int emb_cache_own;                      /* shs_emb_cache_own_t (0: the knob) */
     const char *save;                       /* dlrm: write the final model to DIR */
     const char *eval_only;                  /* dlrm: load DIR's model, evaluate it */
     int stall_rank;                         /* --stall-rank: the rank to stop, -1: none */

@@ -138,6 +138,14 @@ typedef enum shs_emb_path {
     SHS_EMB_PATH_OWNER = 2  /* the holder's thread packs and writes the rows */
 } shs_emb_path_t;
 
+/* What a rank's own updates do to its workers' cached copies of the rows
+ * (see Cache above). */
+typedef enum shs_emb_cache_own {
+    SHS_EMB_CACHE_OWN_KNOB = 0,    /* SHS_EMB_CACHE_OWN (default refetch) */
+    SHS_EMB_CACHE_OWN_REFETCH = 1, /* fetched again: seen at once after the flush */
+    SHS_EMB_CACHE_OWN_KEEP = 2     /* kept until cache_age lookups old (Hogwild) */
+} shs_emb_cache_own_t;
+
 /* Slots (updates and owner-path lookups in flight per worker and holder):
  * the fewest and most that shs_emb_params_t.slots and SHS_EMB_SLOTS take. */
 #define SHS_EMB_SLOTS_MIN 1
@@ -155,7 +163,7 @@ enum {
     SHS_EMB_PARAM_PATH = 1u << 8,
     SHS_EMB_PARAM_SLOTS = 1u << 9,
     SHS_EMB_PARAM_REJOIN_DIR = 1u << 10,
-    SHS_EMB_PARAM_CACHE = 1u << 11     /* cache_rows and cache_age */
+    SHS_EMB_PARAM_CACHE = 1u << 11     /* cache_rows, cache_age and cache_own */
 };
 
 typedef struct shs_emb_params {
@@ -183,6 +191,7 @@ typedef struct shs_emb_params {
                               unset: SHS_EMB_CACHE_ROWS (default 0) */
     uint32_t cache_age;    /* lookups a cached row is served for, 1..10^6, or 0:
                               SHS_EMB_CACHE_AGE (default 16) */
+    shs_emb_cache_own_t cache_own; /* default SHS_EMB_CACHE_OWN_KNOB */
 } shs_emb_params_t;
 
 /*
