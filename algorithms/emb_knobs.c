@@ -40,7 +40,7 @@ static const shs__knob_t emb_knobs[] = {
      * the next read comes a round trip later and finds it whole unless the
      * row is updated back to back (a hot row). Past 4 such reads the owner
      * path, which one more round trip always serves, is the cheaper way. */
-    SHS_KNOB_INT("SHS_EMB_READ_TRIES", emb_read_tries, "4", 1, 1000,
+    SHS_KNOB_INT("SHS_EMB_READ_TRIES", emb_read_tries, "64", 1, 1000,
                  "embedding lookups (READ path): reads of a row whose check word shows it "
                  "was being updated, before its holder is asked to copy it instead"),
     SHS_KNOB_INT("SHS_EMB_CACHE_ROWS", emb_cache_rows, "0", 0, 1 << 28,

@@ -57,7 +57,7 @@
  * that the holder's apply thread writes after each update of the row. A
  * copy of a row (a READ, or this rank's own shard) whose word does not
  * match is made again (torn_retries in the stats); a remote row still
- * torn after SHS_EMB_READ_TRIES reads (default 4) is asked of its holder,
+ * torn after SHS_EMB_READ_TRIES reads (default 64) is asked of its holder,
  * whose apply thread copies it whole (torn_fallbacks); an own-shard row
  * is copied again until it is whole, at most the op timeout
  * (SHS_ERR_TIMEOUT). The words cost 8 bytes a row (rows are padded to 8
