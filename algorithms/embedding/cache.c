@@ -85,6 +85,12 @@ void shs__emb_cache_fini(shs__emb_cache_t *c)
     memset(c, 0, sizeof(*c));
 }
 
+void shs__emb_cache_clear(shs__emb_cache_t *c)
+{
+    for (uint32_t k = 0; k < c->capacity; k++)
+        c->id[k] = EMPTY;
+}
+
 static uint8_t *counter(const shs__emb_cache_t *c, uint64_t h, int r)
 {
     uint32_t at = (uint32_t)(h >> (16 * r)) & c->sketch_mask;

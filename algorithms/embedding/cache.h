@@ -64,6 +64,9 @@ const float *shs__emb_cache_get(shs__emb_cache_t *c, uint64_t id, uint64_t now,
 void shs__emb_cache_offer(shs__emb_cache_t *c, uint64_t id, const float *row, uint64_t born,
                           uint32_t epoch);
 
+/* Every row goes (a load replaced them); the sketch's counts stay. */
+void shs__emb_cache_clear(shs__emb_cache_t *c);
+
 /* The sketch's estimate of how often id was asked for lately. */
 uint32_t shs__emb_cache_freq(const shs__emb_cache_t *c, uint64_t id);
 

@@ -388,7 +388,6 @@ static void cache_publish(shs_emb_worker_t *w)
     atomic_store_explicit(&k->cache_expired, c->expired, memory_order_relaxed);
     atomic_store_explicit(&k->cache_admitted, c->admitted, memory_order_relaxed);
     atomic_store_explicit(&k->cache_rejected, c->rejected, memory_order_relaxed);
-    atomic_store_explicit(&k->cache_evicted, c->evicted, memory_order_relaxed);
     atomic_store_explicit(&k->cache_hit_age_sum, c->hit_age_sum, memory_order_relaxed);
 }
 
@@ -399,8 +398,7 @@ static void cache_check_gen(shs_emb_worker_t *w)
     if (g == w->cache_gen)
         return;
     w->cache_gen = g;
-    for (uint32_t k = 0; k < w->cache.capacity; k++)
-        w->cache.id[k] = UINT64_MAX;
+    shs__emb_cache_clear(&w->cache);
 }
 
 shs_status_t shs_emb_lookup_start(shs_emb_worker_t *w, const uint64_t *ids, size_t n)

@@ -92,7 +92,7 @@ typedef struct emb_counters {
     _Atomic uint64_t lookups, ids, dup_ids, rows_local, rows_read, rows_owner, reads,
         bytes_fetched, updates, update_rows, slot_waits, slot_wait_ns, peer_failures,
         torn_retries, torn_fallbacks, cache_hits, cache_misses, cache_expired, cache_admitted,
-        cache_rejected, cache_evicted, cache_hit_age_sum;
+        cache_rejected, cache_hit_age_sum;
 } emb_counters_t;
 
 struct shs_emb_worker {
